@@ -1,0 +1,33 @@
+// unilab-mps: parse argv, run one command, map the outcome to an exit code.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "common/errors.hpp"
+
+int main(int argc, char** argv) {
+  using namespace unilab::mps;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    cli::ParsedArgs parsed = cli::parse_args(args, cli::command_specs(), cli::global_spec());
+    if (parsed.has("--help") || parsed.command.empty()) {
+      std::fputs(cli::usage_text(parsed.command).c_str(), parsed.command.empty() && !parsed.has("--help") ? stderr : stdout);
+      return parsed.has("--help") ? cli::kExitOk : cli::kExitUsage;
+    }
+    return cli::run_command(parsed);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "unilab-mps: %s (see `unilab-mps --help`)\n", e.what());
+    return cli::kExitUsage;
+  } catch (const StaleCudaMpsDaemonError& e) {
+    std::fprintf(stderr, "unilab-mps: %s\n", e.what());
+    return cli::kExitStale;
+  } catch (const CudaMpsError& e) {
+    std::fprintf(stderr, "unilab-mps: %s\n", e.what());
+    return cli::kExitError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unilab-mps: internal error: %s\n", e.what());
+    return cli::kExitError;
+  }
+}

@@ -1,0 +1,444 @@
+#include "common/daemon.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "common/errors.hpp"
+#include "common/gpu.hpp"
+#include "common/safefs.hpp"
+
+namespace unilab::mps {
+namespace {
+
+using std::chrono::milliseconds;
+
+milliseconds remaining(Clock& clock, std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<milliseconds>(deadline - clock.now());
+  return std::max(left, milliseconds(0));
+}
+
+// Polls until the identity is no longer live or the deadline passes.
+bool wait_gone(Services& s, const ProcessIdentity& id, std::chrono::steady_clock::time_point deadline) {
+  milliseconds step(10);
+  for (;;) {
+    if (check_identity(id, s.proc) != Liveness::kLive) return true;
+    if (s.clock.now() >= deadline) return false;
+    s.clock.sleep_for(std::min(step, std::max(remaining(s.clock, deadline), milliseconds(1))));
+    step = std::min(step * 2, milliseconds(100));
+  }
+}
+
+std::optional<pid_t> read_pid_file(const std::string& pipe_directory, uid_t uid) {
+  try {
+    Fd dir = open_trusted_dir(pipe_directory, uid);
+    auto text = read_file_at(dir.get(), kPidFileName, 64);
+    if (!text) return std::nullopt;
+    std::string_view t = *text;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+    pid_t pid = 0;
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
+    if (ec != std::errc() || p != t.data() + t.size() || pid <= 0) return std::nullopt;
+    return pid;
+  } catch (const CudaMpsError&) {
+    return std::nullopt;
+  }
+}
+
+// The pid in the pid file, accepted only when /proc says that process runs
+// as `uid` with exactly this pipe directory in its environment.
+std::optional<ProcessIdentity> identify_daemon(const std::string& pipe_directory, uid_t uid, ProcReader& proc,
+                                               std::string* why) {
+  auto pid = read_pid_file(pipe_directory, uid);
+  if (!pid) {
+    if (why) *why = fmt::format("no readable {} in {}", kPidFileName, pipe_directory);
+    return std::nullopt;
+  }
+  auto st = proc.stat(*pid);
+  if (!st || st->state == 'Z' || st->state == 'X') {
+    if (why) *why = fmt::format("pid {} from {} is not running", *pid, kPidFileName);
+    return std::nullopt;
+  }
+  if (st->uid != uid) {
+    if (why) *why = fmt::format("pid {} runs as uid {}, not {}", *pid, st->uid, uid);
+    return std::nullopt;
+  }
+  auto env_pipe = proc.environ_value(*pid, "CUDA_MPS_PIPE_DIRECTORY");
+  if (!env_pipe || *env_pipe != pipe_directory) {
+    if (why) *why = fmt::format("pid {} does not serve pipe directory {}", *pid, pipe_directory);
+    return std::nullopt;
+  }
+  return ProcessIdentity{*pid, st->start_ticks, proc.boot_id(), uid};
+}
+
+// Ends a daemon we launched but could not finish recording: SIGTERM, then
+// SIGKILL, identity-verified.
+void kill_launched(Services& s, const ProcessIdentity& id) {
+  if (s.signaller.send_verified(id, SIGTERM, s.proc) != Liveness::kLive) return;
+  if (wait_gone(s, id, s.clock.now() + milliseconds(2000))) return;
+  s.signaller.send_verified(id, SIGKILL, s.proc);
+  wait_gone(s, id, s.clock.now() + milliseconds(2000));
+}
+
+std::string tail_suffix(const std::string& log_directory) {
+  std::string tail = control_log_tail(log_directory, 3);
+  for (auto& c : tail) if (c == '\n') c = '|';
+  return tail.empty() ? "" : fmt::format(" [control.log: {}]", tail);
+}
+
+struct Layout {
+  std::string pipe;
+  std::string log;
+  std::vector<std::string> owned;
+};
+
+// Creates the daemon's directories, 0700 for the user, never through a
+// symlink; refuses foreign or loose existing ones.
+Layout prepare_directories(const StartRequest& req) {
+  Layout l;
+  bool need_base = !req.pipe_directory || !req.log_directory;
+  if (need_base) {
+    if (req.base_directory.empty()) throw CudaMpsError("no base directory for the daemon's pipe and log directories");
+    bool root = geteuid() == 0;
+    Fd base = ensure_trusted_dir(req.base_directory, req.uid, geteuid(), getegid(), root ? 0755 : 0700);
+    bool created = false;
+    Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
+    l.owned.push_back(req.base_directory + "/" + req.name);
+    if (!req.pipe_directory) {
+      ensure_private_dir(named.get(), "pipe", req.uid, req.gid);
+      l.pipe = req.base_directory + "/" + req.name + "/pipe";
+    }
+    if (!req.log_directory) {
+      ensure_private_dir(named.get(), "log", req.uid, req.gid);
+      l.log = req.base_directory + "/" + req.name + "/log";
+    }
+  }
+  for (auto [explicit_dir, out] : {std::pair{&req.pipe_directory, &l.pipe}, std::pair{&req.log_directory, &l.log}}) {
+    if (!*explicit_dir) continue;
+    auto [parent, leaf] = split_parent(**explicit_dir);
+    Fd p = open_trusted_dir(parent, req.uid);
+    bool created = false;
+    ensure_private_dir(p.get(), leaf, req.uid, req.gid, &created);
+    if (created) l.owned.push_back(**explicit_dir);
+    *out = **explicit_dir;
+  }
+  return l;
+}
+
+void validate_request(const StartRequest& req) {
+  if (!is_safe_name(req.name)) {
+    throw CudaMpsError(fmt::format("'{}' is not a valid daemon name (letters, digits, '.', '_', '-'; at most 128)", req.name));
+  }
+  if (req.gpu_uuids.empty()) throw CudaMpsError("no GPU selected for the daemon");
+  if (req.topology_mode != "single_gpu" && req.topology_mode != "single_task_multi_gpu" &&
+      req.topology_mode != "task_per_gpu") {
+    throw CudaMpsError(fmt::format("unknown topology mode '{}'", req.topology_mode));
+  }
+  for (const auto* d : {&req.pipe_directory, &req.log_directory}) {
+    if (*d && ((*d)->empty() || (**d)[0] != '/')) throw CudaMpsError(fmt::format("'{}' is not an absolute path", **d));
+  }
+  std::string pipe = req.pipe_directory ? *req.pipe_directory : req.base_directory + "/" + req.name + "/pipe";
+  check_control_path_length(pipe);
+}
+
+void apply_limits(MpsControl& mps, const MpsEndpoint& ep, const StartRequest& req) {
+  auto check = [&](const std::string& cmd) {
+    CommandResult r = mps.send(ep, cmd);
+    std::string line = r.first_output_line();
+    if (!r.ok() || line.find("Invalid") != std::string::npos || line.find("Unknown") != std::string::npos) {
+      throw CudaMpsError(fmt::format("the MPS daemon refused '{}' ({}{}{})", cmd, r.describe(), line.empty() ? "" : ": ", line));
+    }
+  };
+  if (req.limits.active_thread_percentage) {
+    check(fmt::format("set_default_active_thread_percentage {}", *req.limits.active_thread_percentage));
+  }
+  if (req.limits.pinned_mem_limit) {
+    // Device indices as the daemon sees them: its CUDA_VISIBLE_DEVICES order.
+    for (size_t i = 0; i < req.gpu_uuids.size(); ++i) {
+      check(fmt::format("set_default_device_pinned_mem_limit {} {}", i, *req.limits.pinned_mem_limit));
+    }
+  }
+}
+
+}  // namespace
+
+std::string current_host() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::optional<ProcessIdentity> recover_starting_identity(const DaemonRecord& record, ProcReader& proc) {
+  return identify_daemon(record.pipe_directory, record.uid, proc, nullptr);
+}
+
+std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
+  std::vector<std::string> errors;
+  for (const auto& dir : record.owned_directories) {
+    try {
+      auto [parent, leaf] = split_parent(dir);
+      Fd p = open_trusted_dir(parent, record.uid);
+      std::string e = remove_tree_at(p.get(), leaf);
+      if (!e.empty()) errors.push_back(fmt::format("{}: {}", dir, e));
+    } catch (const CudaMpsError& e) {
+      if (access(dir.c_str(), F_OK) == 0) errors.push_back(fmt::format("{}: {}", dir, e.what()));
+    }
+  }
+  return errors;
+}
+
+DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, const StartRequest& req) {
+  validate_request(req);
+  if (store.read(req.name)) {
+    throw CudaMpsError(fmt::format("a daemon named '{}' is already recorded; run `unilab-mps stop {}` first", req.name, req.name));
+  }
+  Layout layout = prepare_directories(req);
+  MpsControl mps(s.runner, tools.mps_control);
+  MpsEndpoint ep{layout.pipe, layout.log, req.uid, req.gid};
+
+  DaemonRecord rec;
+  rec.name = req.name;
+  rec.uid = req.uid;
+  rec.gid = req.gid;
+  rec.host = req.host;
+  rec.topology_mode = req.topology_mode;
+  rec.gpu_uuids = req.gpu_uuids;
+  rec.pipe_directory = layout.pipe;
+  rec.log_directory = layout.log;
+  rec.created_at = s.clock.wall_seconds();
+  rec.boot_id = s.proc.boot_id();
+  rec.state = "starting";
+  rec.job_id = req.job_id;
+  rec.slurm = req.slurm;
+  rec.limits = req.limits;
+  rec.owned_directories = layout.owned;
+
+  auto abandon = [&](const std::string& why, const std::optional<ProcessIdentity>& launched) -> CudaMpsError {
+    std::string tail = tail_suffix(layout.log);
+    if (launched) {
+      kill_launched(s, *launched);
+    } else if (auto found = identify_daemon(layout.pipe, req.uid, s.proc, nullptr)) {
+      kill_launched(s, *found);
+    }
+    remove_owned_directories(rec);
+    try {
+      store.remove(req.name);
+    } catch (const CudaMpsError&) {
+    }
+    return CudaMpsError(why + tail);
+  };
+
+  if (mps.answers(ep)) {
+    throw CudaMpsError(fmt::format("an MPS daemon already answers on {}; stop it or choose another pipe directory", layout.pipe));
+  }
+  try {
+    store.write(rec);  // "starting": from here on the daemon can always be found
+  } catch (const CudaMpsError& e) {
+    remove_owned_directories(rec);
+    throw;
+  }
+
+  const auto deadline = s.clock.now() + req.start_timeout;
+  CommandResult launched = mps.launch(ep, req.gpu_uuids, req.start_timeout);
+  if (!launched.ok()) {
+    std::string line = launched.first_output_line();
+    throw abandon(fmt::format("{} -d failed for daemon '{}' ({}){}{}", tools.mps_control, req.name, launched.describe(),
+                              line.empty() ? "" : ": ", line),
+                  std::nullopt);
+  }
+  milliseconds step(10);
+  bool up = false;
+  while (true) {
+    milliseconds left = remaining(s.clock, deadline);
+    if (left.count() == 0) break;
+    if (mps.answers(ep, left)) {
+      up = true;
+      break;
+    }
+    s.clock.sleep_for(std::min(step, remaining(s.clock, deadline)));
+    step = std::min(step * 2, milliseconds(200));
+  }
+  if (!up) {
+    throw abandon(fmt::format("MPS daemon '{}' did not answer within {} ms (start_timeout); check its log in {}", req.name,
+                              req.start_timeout.count(), layout.log),
+                  std::nullopt);
+  }
+  std::string why;
+  auto id = identify_daemon(layout.pipe, req.uid, s.proc, &why);
+  if (!id) throw abandon(fmt::format("cannot verify MPS daemon '{}': {}", req.name, why), std::nullopt);
+  rec.pid = id->pid;
+  rec.process_start_ticks = id->start_ticks;
+  rec.state = "running";
+  try {
+    apply_limits(mps, ep, req);
+    store.write(rec);
+  } catch (const CudaMpsError& e) {
+    throw abandon(e.what(), id);
+  }
+  return rec;
+}
+
+void exec_foreground_daemon(const Tools& tools, const StartRequest& req) {
+  validate_request(req);
+  Layout layout = prepare_directories(req);
+  SystemRunner runner;
+  MpsControl mps(runner, tools.mps_control);
+  MpsEndpoint ep{layout.pipe, layout.log, req.uid, req.gid};
+  if (mps.answers(ep)) {
+    throw CudaMpsError(fmt::format("an MPS daemon already answers on {}; stop it or choose another pipe directory", layout.pipe));
+  }
+  std::string err = exec_replace(mps.foreground_command(ep, req.gpu_uuids));
+  throw CudaMpsError(err);
+}
+
+StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, const DaemonRecord& record,
+                       milliseconds stop_timeout) {
+  StopReport rep;
+  rep.name = record.name;
+  rep.pid = record.pid;
+  auto finish = [&](std::string outcome) {
+    auto errors = remove_owned_directories(record);
+    store.remove(record.name);
+    rep.outcome = std::move(outcome);
+    if (!errors.empty()) rep.detail = "could not remove " + join(errors, "; ");
+    return rep;
+  };
+
+  ProcessIdentity id = record.identity();
+  if (record.state == "starting") {
+    auto found = recover_starting_identity(record, s.proc);
+    if (!found) return finish("not-started");
+    id = *found;
+    rep.pid = id.pid;
+  }
+  Liveness l = check_identity(id, s.proc);
+  if (l != Liveness::kLive) {
+    auto errors = remove_owned_directories(record);
+    store.remove(record.name);
+    throw StaleCudaMpsDaemonError(fmt::format(
+        "daemon '{}' (pid {}) is no longer running ({}); its record{} removed and nothing was signalled", record.name,
+        record.pid, to_string(l), errors.empty() ? " and directories were" : " was"));
+  }
+
+  const auto start = s.clock.now();
+  const auto deadline = start + stop_timeout;
+  const auto quit_until = start + stop_timeout * 6 / 10;
+  const auto term_until = start + stop_timeout * 9 / 10;
+  MpsControl mps(s.runner, tools.mps_control);
+  MpsEndpoint ep{record.pipe_directory, record.log_directory, record.uid, record.gid};
+  // `quit` waits for clients; the bounded wait below decides when to escalate.
+  CommandResult q = mps.send(ep, "quit", std::max(remaining(s.clock, quit_until), milliseconds(100)));
+  if (wait_gone(s, id, quit_until)) return finish("quit");
+  std::string quit_note = q.ok() ? "ignored quit" : "quit failed: " + q.describe();
+
+  if (s.signaller.send_verified(id, SIGTERM, s.proc) != Liveness::kLive || wait_gone(s, id, term_until)) {
+    rep.detail = quit_note;
+    StopReport r = finish("terminated");
+    if (r.detail.empty()) r.detail = quit_note;
+    return r;
+  }
+  if (s.signaller.send_verified(id, SIGKILL, s.proc) != Liveness::kLive ||
+      wait_gone(s, id, std::max(deadline, s.clock.now() + milliseconds(1000)))) {
+    StopReport r = finish("killed");
+    if (r.detail.empty()) r.detail = quit_note + ", ignored SIGTERM";
+    return r;
+  }
+  throw CudaMpsError(fmt::format(
+      "daemon '{}' (pid {}) is still alive after quit, SIGTERM and SIGKILL; its record is kept in {}; the node needs attention",
+      record.name, id.pid, store.root()));
+}
+
+StopAllResult stop_all_daemons(Services& s, const Tools& tools, RecordStore& store, uid_t uid, const std::string& host,
+                               milliseconds stop_timeout) {
+  StopAllResult out;
+  for (const auto& rec : store.list(uid, host).records) {
+    try {
+      out.stopped.push_back(stop_daemon(s, tools, store, rec, stop_timeout));
+    } catch (const StaleCudaMpsDaemonError& e) {
+      out.stopped.push_back({rec.name, rec.pid, "stale", e.what()});
+    } catch (const CudaMpsError& e) {
+      out.errors.push_back(e.what());
+    }
+  }
+  return out;
+}
+
+bool daemon_process_is_live(const DaemonRecord& record, ProcReader& proc) {
+  if (record.state == "starting") return false;
+  return check_identity(record.identity(), proc) == Liveness::kLive;
+}
+
+nlohmann::json daemon_status(const DaemonRecord& record, ProcReader& proc) {
+  nlohmann::json j = record.to_json();
+  Liveness l = record.state == "starting" ? Liveness::kGone : check_identity(record.identity(), proc);
+  j["live"] = l == Liveness::kLive;
+  j["liveness"] = record.state == "starting" ? "starting" : std::string(to_string(l));
+  auto st = record.pid > 0 ? proc.stat(record.pid) : std::nullopt;
+  j["observed_start_ticks"] = st ? nlohmann::json(st->start_ticks) : nlohmann::json(nullptr);
+  return j;
+}
+
+std::vector<std::pair<std::string, std::string>> environment_for_daemon(const DaemonRecord& record) {
+  return {{"CUDA_VISIBLE_DEVICES", join(record.gpu_uuids, ",")},
+          {"CUDA_MPS_PIPE_DIRECTORY", record.pipe_directory},
+          {"CUDA_MPS_LOG_DIRECTORY", record.log_directory}};
+}
+
+const DaemonRecord& select_daemon_for_gpu(const std::string& gpu_uuid, const std::vector<DaemonRecord>& records,
+                                          ProcReader& proc) {
+  const std::string token = canonicalize_gpu_uuid(gpu_uuid);
+  const DaemonRecord* hit = nullptr;
+  for (const auto& r : records) {
+    bool serves = std::any_of(r.gpu_uuids.begin(), r.gpu_uuids.end(),
+                              [&](const auto& u) { return canonicalize_gpu_uuid(u) == token; });
+    if (!serves || !daemon_process_is_live(r, proc)) continue;
+    if (hit != nullptr) {
+      throw CudaMpsError(fmt::format("GPU {} is served by more than one live daemon ('{}' and '{}'); name one", display_gpu_uuid(gpu_uuid),
+                                     hit->name, r.name));
+    }
+    hit = &r;
+  }
+  if (hit == nullptr) {
+    throw CudaMpsError(fmt::format("no live unilab-mps daemon serves GPU {}; start one with `unilab-mps start {}`",
+                                   display_gpu_uuid(gpu_uuid), display_gpu_uuid(gpu_uuid)));
+  }
+  return *hit;
+}
+
+std::vector<std::pair<std::string, std::string>> select_environment_for_gpu(const std::string& gpu_uuid,
+                                                                            const std::vector<DaemonRecord>& records,
+                                                                            ProcReader& proc) {
+  return environment_for_daemon(select_daemon_for_gpu(gpu_uuid, records, proc));
+}
+
+DaemonRecord read_daemon_record(RecordStore& store, const std::optional<std::string>& name, uid_t uid,
+                                const std::string& host, ProcReader& proc) {
+  if (name) {
+    auto rec = store.read(*name);
+    if (!rec) {
+      throw CudaMpsError(fmt::format("no daemon record named '{}' in {}; `unilab-mps status` lists them", *name, store.root()));
+    }
+    if (rec->uid != uid || rec->host != host) {
+      throw CudaMpsError(fmt::format("record '{}' belongs to uid {} on {}, not uid {} on {}; refusing to act on it", *name,
+                                     rec->uid, rec->host, uid, host));
+    }
+    return *rec;
+  }
+  auto listing = store.list(uid, host);
+  std::vector<const DaemonRecord*> live;
+  for (const auto& r : listing.records) if (daemon_process_is_live(r, proc)) live.push_back(&r);
+  if (live.size() == 1) return *live.front();
+  if (live.empty() && listing.records.size() == 1) return listing.records.front();
+  if (listing.records.empty()) {
+    throw CudaMpsError(fmt::format("no unilab-mps daemon is recorded for uid {} on {}; start one with `unilab-mps start`", uid, host));
+  }
+  std::vector<std::string> names;
+  for (const auto& r : listing.records) names.push_back(r.name);
+  throw CudaMpsError(fmt::format("several daemons are recorded ({}); name one", join(names, ", ")));
+}
+
+}  // namespace unilab::mps

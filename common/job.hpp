@@ -1,0 +1,115 @@
+// The Slurm job logic of unilab-mps, free of Slurm headers so the SPANK
+// plugin, the standalone prolog/epilog helpers and the tests share it:
+// job prolog (start the job's daemons), task environment (from the records
+// alone), job epilog (stop exactly the job's daemons).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/daemon.hpp"
+#include "common/record.hpp"
+#include "common/slurm_config.hpp"
+
+namespace unilab::mps {
+
+using Getenv = std::function<std::optional<std::string>(const char*)>;
+Getenv process_getenv();
+
+// What Slurm gives a prolog/epilog (no PATH, no HOME there).
+struct JobContext {
+  std::string job_id;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::optional<std::string> job_gpus;    // SLURM_JOB_GPUS (GRES indices)
+  std::string node;                       // SLURMD_NODENAME, else the host name
+  std::optional<std::string> slurm_conf;  // SLURM_CONF
+};
+// Throws CudaMpsError naming a missing or malformed variable.
+JobContext job_context_from_env(const Getenv& env);
+
+// The job's request as the option(s) carried it.
+struct JobRequest {
+  std::string mode = "auto";  // auto | multi
+  MpsLimits limits;
+};
+
+// Reads the option from the env-var fallback Slurm sets for prolog/epilog
+// (`SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps`; a flag without value
+// arrives as "(null)"). nullopt when the job did not ask for MPS.
+std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginConfig& cfg);
+std::string spank_option_env_name(const std::string& option);
+
+// The records store of the Slurm side: root-owned, world-readable records
+// (the task path reads them as the job user).
+RecordStore slurm_record_store(const PluginConfig& cfg);
+
+// Record names: job<ID>.<node>.gpu<GRES index> (auto) or job<ID>.<node>.multi.
+std::string job_daemon_name(const std::string& job_id, const std::string& node, const std::string& suffix);
+
+struct PrologOutcome {
+  std::vector<DaemonRecord> started;
+  std::string note;  // e.g. "job has no GPU on this node: nothing started"
+};
+// Starts the job's daemons on this node as the job user: one nvidia-smi call,
+// one daemon per job GPU (auto) or one for all (multi). Any failure stops
+// what was started, removes dirs/records, and throws CudaMpsError.
+PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req);
+
+struct EpilogOutcome {
+  std::vector<StopReport> stopped;
+  std::vector<std::string> warnings;  // stale or corrupt records, leftover dirs: logged, not fatal
+  std::vector<std::string> errors;    // a daemon that survived SIGKILL: the node should drain
+  bool ok() const { return errors.empty(); }
+};
+// Stops every daemon recorded for this job on this node, whether or not the
+// option is visible; idempotent; nothing to do where no prolog ran.
+EpilogOutcome run_job_epilog(Services& s, const PluginConfig& cfg, const JobContext& job);
+
+// Whether the task may open a device file (cgroup device constraint denies
+// with EPERM). Abstract so it can be mocked out for tests.
+class DeviceAccess {
+ public:
+  virtual ~DeviceAccess() = default;
+  virtual bool denied(const std::string& device) = 0;
+};
+class SystemDeviceAccess final : public DeviceAccess {
+ public:
+  bool denied(const std::string& device) override;
+};
+
+struct TaskContext {
+  std::string job_id;
+  uid_t uid = 0;
+  std::string node;
+  std::optional<std::string> cuda_visible_devices;  // as Slurm set it for the task
+  std::optional<std::string> step_gpus;             // SLURM_STEP_GPUS
+  std::optional<std::string> job_gpus;              // SLURM_JOB_GPUS
+};
+
+struct TaskEnvironment {
+  std::vector<std::pair<std::string, std::string>> set;  // CUDA_VISIBLE_DEVICES, CUDA_MPS_*
+  std::string daemon_name;
+  std::vector<int> gres_indices;
+};
+
+// Chooses the task's GPUs and the one daemon that serves exactly them, from
+// the job's records alone (no nvidia-smi here). Without device constraint
+// the task's CUDA_VISIBLE_DEVICES holds GRES indices; with ConstrainDevices
+// it holds local positions among the device files the task may open (in GRES
+// order), and SLURM_STEP_GPUS can be wrong per task (seen live), so the
+// device files decide. Throws CudaMpsError with the option or binding that
+// would fit.
+TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& job_records, const TaskContext& task,
+                                         DeviceAccess& devices, ProcReader& proc);
+
+// The job's records on this node (scoped by job id, node and uid).
+std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
+                                      std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr);
+
+}  // namespace unilab::mps

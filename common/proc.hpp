@@ -1,0 +1,87 @@
+// Process identity from /proc: PID + start ticks + boot id + uid. The only
+// proof that a PID still names the process we started. Abstract so it can be
+// mocked out for tests (the /proc root is injectable too).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace unilab::mps {
+
+struct ProcStat {
+  char state = '?';           // field 3; 'Z'/'X' mean the process is gone
+  uint64_t start_ticks = 0;   // field 22, clock ticks since boot
+  uid_t uid = static_cast<uid_t>(-1);  // real uid (status "Uid:")
+};
+
+// Parses the content of /proc/PID/stat. The comm field may contain spaces and
+// ')' characters, so fields are counted after the LAST ')'. nullopt when the
+// text is malformed.
+std::optional<ProcStat> parse_proc_stat(std::string_view text);
+
+// The real uid from the content of /proc/PID/status ("Uid:\treal\teff...").
+std::optional<uid_t> parse_proc_status_uid(std::string_view text);
+
+class ProcReader {
+ public:
+  virtual ~ProcReader() = default;
+  // nullopt when the process does not exist (or /proc cannot tell).
+  virtual std::optional<ProcStat> stat(pid_t pid) = 0;
+  virtual std::string boot_id() = 0;
+  // One variable of the process environment (root, or the same user, only).
+  virtual std::optional<std::string> environ_value(pid_t pid, std::string_view key) = 0;
+};
+
+class SystemProcReader final : public ProcReader {
+ public:
+  explicit SystemProcReader(std::string root = "/proc") : root_(std::move(root)) {}
+  std::optional<ProcStat> stat(pid_t pid) override;
+  std::string boot_id() override;
+  std::optional<std::string> environ_value(pid_t pid, std::string_view key) override;
+
+ private:
+  std::string root_;
+};
+
+// Who a process is, as recorded when we started it.
+struct ProcessIdentity {
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;
+  std::string boot_id;
+  uid_t uid = static_cast<uid_t>(-1);
+};
+
+enum class Liveness {
+  kLive,        // same pid, start ticks, uid and boot: the very process
+  kGone,        // no such process (or a zombie)
+  kReused,      // the PID now names another process (other start time or uid)
+  kOtherBoot,   // the record is from an earlier boot
+};
+std::string_view to_string(Liveness l);
+
+Liveness check_identity(const ProcessIdentity& id, ProcReader& proc);
+
+// Sends `sig` only to the process `id` names, proven race-free: open a pidfd
+// first, then re-verify the identity through /proc, then signal through the
+// pidfd (a PID reused after the pidfd_open cannot be hit). Abstract so it can
+// be mocked out for tests.
+class Signaller {
+ public:
+  virtual ~Signaller() = default;
+  // Returns the liveness found at the moment of signalling; the signal was
+  // sent only when it is kLive.
+  virtual Liveness send_verified(const ProcessIdentity& id, int sig, ProcReader& proc) = 0;
+};
+
+class SystemSignaller final : public Signaller {
+ public:
+  Liveness send_verified(const ProcessIdentity& id, int sig, ProcReader& proc) override;
+};
+
+}  // namespace unilab::mps

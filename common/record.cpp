@@ -1,0 +1,222 @@
+#include "common/record.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/errors.hpp"
+#include "common/gpu.hpp"
+#include "common/safefs.hpp"
+
+namespace unilab::mps {
+namespace {
+
+template <typename T>
+T field(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) throw CudaMpsError(fmt::format("missing field '{}'", key));
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw CudaMpsError(fmt::format("field '{}' has the wrong type", key));
+  }
+}
+
+}  // namespace
+
+std::string record_file_name(const std::string& name) { return name + ".json"; }
+
+nlohmann::json DaemonRecord::to_json() const {
+  nlohmann::json j = {
+      {"schema_version", schema_version},
+      {"name", name},
+      {"uid", uid},
+      {"gid", gid},
+      {"host", host},
+      {"topology_mode", topology_mode},
+      {"gpu_uuids", gpu_uuids},
+      {"pipe_directory", pipe_directory},
+      {"log_directory", log_directory},
+      {"pid", pid},
+      {"process_start_ticks", process_start_ticks},
+      {"created_at", created_at},
+      {"boot_id", boot_id},
+      {"state", state},
+      {"job_id", job_id ? nlohmann::json(*job_id) : nlohmann::json(nullptr)},
+      {"owned_directories", owned_directories},
+  };
+  j["limits"] = {
+      {"active_thread_percentage",
+       limits.active_thread_percentage ? nlohmann::json(*limits.active_thread_percentage) : nlohmann::json(nullptr)},
+      {"pinned_mem_limit", limits.pinned_mem_limit ? nlohmann::json(*limits.pinned_mem_limit) : nlohmann::json(nullptr)},
+  };
+  if (slurm) {
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& g : slurm->node_gpus) {
+      gpus.push_back({{"gres_index", g.gres_index}, {"device", g.device}, {"minor", g.minor}, {"uuid", g.uuid}});
+    }
+    j["slurm"] = {{"job_id", slurm->job_id},
+                  {"node", slurm->node},
+                  {"mode", slurm->mode},
+                  {"gres_indices", slurm->gres_indices},
+                  {"node_gpus", gpus}};
+  } else {
+    j["slurm"] = nullptr;
+  }
+  return j;
+}
+
+DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw CudaMpsError("not a JSON object");
+  DaemonRecord r;
+  r.schema_version = field<int>(j, "schema_version");
+  if (r.schema_version != kSchemaVersion) {
+    throw CudaMpsError(fmt::format("schema version {} is not supported (this build reads {})", r.schema_version, kSchemaVersion));
+  }
+  r.name = field<std::string>(j, "name");
+  if (!is_safe_name(r.name)) throw CudaMpsError("field 'name' is not a safe name");
+  r.uid = field<uid_t>(j, "uid");
+  r.gid = field<gid_t>(j, "gid");
+  r.host = field<std::string>(j, "host");
+  r.topology_mode = field<std::string>(j, "topology_mode");
+  if (r.topology_mode != "single_gpu" && r.topology_mode != "single_task_multi_gpu" && r.topology_mode != "task_per_gpu") {
+    throw CudaMpsError(fmt::format("unknown topology_mode '{}'", r.topology_mode));
+  }
+  for (const auto& u : field<std::vector<std::string>>(j, "gpu_uuids")) r.gpu_uuids.push_back(display_gpu_uuid(u));
+  if (r.gpu_uuids.empty()) throw CudaMpsError("field 'gpu_uuids' is empty");
+  r.pipe_directory = field<std::string>(j, "pipe_directory");
+  r.log_directory = field<std::string>(j, "log_directory");
+  if (r.pipe_directory.empty() || r.pipe_directory[0] != '/' || r.log_directory.empty() || r.log_directory[0] != '/') {
+    throw CudaMpsError("pipe/log directories must be absolute paths");
+  }
+  r.pid = field<pid_t>(j, "pid");
+  r.process_start_ticks = field<uint64_t>(j, "process_start_ticks");
+  r.created_at = field<double>(j, "created_at");
+  r.boot_id = field<std::string>(j, "boot_id");
+  r.state = field<std::string>(j, "state");
+  if (r.state != "starting" && r.state != "running") throw CudaMpsError(fmt::format("unknown state '{}'", r.state));
+  if (r.state == "running" && r.pid <= 0) throw CudaMpsError("a running record needs a positive pid");
+  if (r.pid < 0) throw CudaMpsError("negative pid");
+  if (j.contains("job_id") && !j.at("job_id").is_null()) r.job_id = field<std::string>(j, "job_id");
+  for (const auto& d : field<std::vector<std::string>>(j, "owned_directories")) {
+    if (d.empty() || d[0] != '/' || d.find("/../") != std::string::npos || d.ends_with("/..")) {
+      throw CudaMpsError("owned_directories must hold normalized absolute paths");
+    }
+    r.owned_directories.push_back(d);
+  }
+  if (j.contains("limits") && j.at("limits").is_object()) {
+    const auto& l = j.at("limits");
+    if (l.contains("active_thread_percentage") && !l.at("active_thread_percentage").is_null()) {
+      r.limits.active_thread_percentage = field<double>(l, "active_thread_percentage");
+    }
+    if (l.contains("pinned_mem_limit") && !l.at("pinned_mem_limit").is_null()) {
+      r.limits.pinned_mem_limit = field<std::string>(l, "pinned_mem_limit");
+    }
+  }
+  if (j.contains("slurm") && !j.at("slurm").is_null()) {
+    const auto& s = j.at("slurm");
+    SlurmBinding b;
+    b.job_id = field<std::string>(s, "job_id");
+    b.node = field<std::string>(s, "node");
+    b.mode = field<std::string>(s, "mode");
+    b.gres_indices = field<std::vector<int>>(s, "gres_indices");
+    for (const auto& g : field<nlohmann::json>(s, "node_gpus")) {
+      NodeGpu n;
+      n.gres_index = field<int>(g, "gres_index");
+      n.device = field<std::string>(g, "device");
+      n.minor = field<int>(g, "minor");
+      n.uuid = display_gpu_uuid(field<std::string>(g, "uuid"));
+      b.node_gpus.push_back(n);
+    }
+    r.slurm = b;
+  }
+  return r;
+}
+
+RecordStore::RecordStore(std::string root, uid_t owner, gid_t owner_gid, mode_t dir_mode, mode_t file_mode)
+    : root_(std::move(root)), owner_(owner), owner_gid_(owner_gid), dir_mode_(dir_mode), file_mode_(file_mode) {}
+
+std::string RecordStore::default_user_root() {
+  const char* xdg = std::getenv("XDG_STATE_HOME");
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/unilab-mps";
+  const char* home = std::getenv("HOME");
+  std::string h = home != nullptr && home[0] == '/' ? home : "";
+  if (h.empty()) {
+    struct passwd* pw = getpwuid(getuid());
+    if (pw != nullptr && pw->pw_dir != nullptr) h = pw->pw_dir;
+  }
+  if (h.empty()) throw CudaMpsError("cannot find a state directory: set HOME or XDG_STATE_HOME, or pass --state-dir");
+  return h + "/.local/state/unilab-mps";
+}
+
+void RecordStore::write(const DaemonRecord& record) {
+  if (!is_safe_name(record.name)) throw CudaMpsError(fmt::format("'{}' is not a valid daemon name", record.name));
+  Fd dir = ensure_trusted_dir(root_, owner_, owner_, owner_gid_, dir_mode_);
+  write_file_atomic(dir.get(), record_file_name(record.name), record.to_json().dump(2) + "\n", file_mode_);
+}
+
+std::optional<DaemonRecord> RecordStore::read(const std::string& name) {
+  if (!is_safe_name(name)) throw CudaMpsError(fmt::format("'{}' is not a valid daemon name", name));
+  Fd dir;
+  try {
+    dir = open_trusted_dir(root_, owner_);
+  } catch (const CudaMpsError&) {
+    if (access(root_.c_str(), F_OK) != 0) return std::nullopt;
+    throw;
+  }
+  auto text = read_file_at(dir.get(), record_file_name(name));
+  if (!text) return std::nullopt;
+  try {
+    return DaemonRecord::from_json(nlohmann::json::parse(*text));
+  } catch (const nlohmann::json::exception& e) {
+    throw CudaMpsError(fmt::format("record {}/{} is corrupt ({}); inspect it, then remove it", root_, record_file_name(name),
+                                   "invalid JSON"));
+  } catch (const CudaMpsError& e) {
+    throw CudaMpsError(fmt::format("record {}/{} is corrupt ({}); inspect it, then remove it", root_, record_file_name(name),
+                                   e.what()));
+  }
+}
+
+RecordListing RecordStore::list(std::optional<uid_t> uid, std::optional<std::string> host) {
+  RecordListing out;
+  if (access(root_.c_str(), F_OK) != 0) return out;
+  Fd dir = open_trusted_dir(root_, owner_);
+  for (const auto& file : list_dir(dir.get())) {
+    if (file.starts_with(".") || !file.ends_with(".json")) continue;  // temp files of an atomic write
+    try {
+      auto text = read_file_at(dir.get(), file);
+      if (!text) continue;  // removed meanwhile
+      DaemonRecord r = DaemonRecord::from_json(nlohmann::json::parse(*text));
+      if (record_file_name(r.name) != file) throw CudaMpsError(fmt::format("its name '{}' does not match the file name", r.name));
+      if ((uid && r.uid != *uid) || (host && r.host != *host)) {
+        ++out.out_of_scope;
+        continue;
+      }
+      out.records.push_back(std::move(r));
+    } catch (const nlohmann::json::exception&) {
+      out.problems.push_back({file, "invalid JSON"});
+    } catch (const CudaMpsError& e) {
+      out.problems.push_back({file, e.what()});
+    }
+  }
+  return out;
+}
+
+void RecordStore::remove(const std::string& name) { remove_file(record_file_name(name)); }
+
+void RecordStore::remove_file(const std::string& file) {
+  if (access(root_.c_str(), F_OK) != 0) return;
+  Fd dir = open_trusted_dir(root_, owner_);
+  if (unlinkat(dir.get(), file.c_str(), 0) != 0 && errno != ENOENT) {
+    throw CudaMpsError(fmt::format("cannot remove record {}/{}: {}", root_, file, std::strerror(errno)));
+  }
+  fsync(dir.get());
+}
+
+}  // namespace unilab::mps

@@ -1,0 +1,80 @@
+// Running external programs safely: argv by absolute path, environment built
+// from scratch, stdin from a buffer (or /dev/null), fds above 2 closed,
+// optional credential drop. Never a shell. Abstract so it can be mocked out
+// for tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace unilab::mps {
+
+// Who a child runs as. With `uid` set and the caller root, the child calls
+// setgroups(supplementary groups of the user), setgid, setuid before exec.
+struct Credentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+struct Command {
+  std::vector<std::string> argv;  // argv[0] is the absolute program path
+  std::vector<std::string> env;   // "KEY=VALUE", the child's whole environment
+  std::string stdin_data;         // written to the child's stdin, then EOF
+  std::optional<Credentials> credentials;
+  std::chrono::milliseconds timeout{10000};
+};
+
+struct CommandResult {
+  int exit_code = -1;       // valid when exited normally
+  int term_signal = 0;      // non-zero when killed by a signal
+  bool timed_out = false;   // killed by us after `timeout`
+  std::string exec_error;   // non-empty when the program could not be started
+  std::string out;
+  std::string err;
+
+  bool ok() const { return exec_error.empty() && !timed_out && term_signal == 0 && exit_code == 0; }
+  // "exit 1", "killed by signal 9", "timed out after 5000 ms", "cannot execute ...: reason"
+  std::string describe() const;
+  // The first non-empty line of stderr, else of stdout (for one-line messages).
+  std::string first_output_line() const;
+};
+
+class CommandRunner {
+ public:
+  virtual ~CommandRunner() = default;
+  virtual CommandResult run(const Command& command) = 0;
+};
+
+// The real runner: fork + execve. Output is collected until the child exits;
+// whatever a daemonizing child leaves open does not keep us waiting.
+class SystemRunner final : public CommandRunner {
+ public:
+  CommandResult run(const Command& command) override;
+};
+
+// Replaces the current process image (for `--foreground`): same hygiene as
+// SystemRunner (env from scratch, fds closed, credentials dropped). Returns
+// only on failure, with the reason.
+std::string exec_replace(const Command& command);
+
+// Monotonic time and sleeping, abstract so tests need not wait.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::chrono::steady_clock::time_point now() = 0;
+  virtual void sleep_for(std::chrono::milliseconds duration) = 0;
+  virtual double wall_seconds() = 0;  // for created_at
+};
+
+class SystemClock final : public Clock {
+ public:
+  std::chrono::steady_clock::time_point now() override;
+  void sleep_for(std::chrono::milliseconds duration) override;
+  double wall_seconds() override;
+};
+
+}  // namespace unilab::mps

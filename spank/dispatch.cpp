@@ -1,0 +1,40 @@
+// The SPANK entry points: thin, one switch per callback, no exception crosses
+// extern "C" (every context function catches and returns a negative value).
+#include "spank/plugin.hpp"
+
+extern "C" {
+// SPANK_PLUGIN() in C++ gives these internal linkage: define them ourselves.
+__attribute__((visibility("default"))) extern const char plugin_name[] = "unilab-mps";
+__attribute__((visibility("default"))) extern const char plugin_type[] = "spank";
+__attribute__((visibility("default"))) extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
+__attribute__((visibility("default"))) extern const unsigned int spank_plugin_version = 1;
+
+__attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int argc, char** argv) {
+  // Not called in the job_script context; there plugin args still arrive.
+  switch (spank_context()) {
+    case S_CTX_LOCAL:
+    case S_CTX_ALLOCATOR:
+    case S_CTX_REMOTE:
+      return unilab::mps::spank::register_options(sp, argc, argv);
+    default:
+      return 0;
+  }
+}
+
+__attribute__((visibility("default"))) int slurm_spank_slurmd_init(spank_t, int argc, char** argv) {
+  return unilab::mps::spank::slurmd_init(argc, argv);
+}
+
+__attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int argc, char** argv) {
+  if (spank_context() != S_CTX_REMOTE) return 0;
+  return unilab::mps::spank::remote_task_init(sp, argc, argv);
+}
+
+__attribute__((visibility("default"))) int slurm_spank_job_prolog(spank_t, int argc, char** argv) {
+  return unilab::mps::spank::job_script_prolog(argc, argv);
+}
+
+__attribute__((visibility("default"))) int slurm_spank_job_epilog(spank_t, int argc, char** argv) {
+  return unilab::mps::spank::job_script_epilog(argc, argv);
+}
+}

@@ -1,0 +1,86 @@
+// Option registration and submit-time validation (srun/sbatch/salloc), also
+// run in slurmstepd (remote) where the callbacks record what the job asked.
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "common/errors.hpp"
+#include "common/slurm_config.hpp"
+#include "spank/plugin.hpp"
+#include "spank/state.hpp"
+
+namespace unilab::mps::spank {
+namespace {
+
+// Slurm keeps pointers to these for the life of the process.
+char kOptMps[] = "unilab-mps";
+char kOptMpsArg[] = "MODE";
+char kOptMpsUsage[] =
+    "Run each task against a private, user-owned CUDA MPS daemon of this job. MODE: auto (default, one daemon per GPU) "
+    "or multi (one daemon for all of the job's GPUs on a node).";
+char kOptThreads[] = "unilab-mps-threads";
+char kOptThreadsArg[] = "PCT";
+char kOptThreadsUsage[] = "With --unilab-mps: MPS default active thread percentage (0-100] for the job's daemons.";
+char kOptMem[] = "unilab-mps-mem";
+char kOptMemArg[] = "SIZE";
+char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G).";
+
+int on_mode(int, const char* optarg, int) {
+  try {
+    state().requested = true;
+    state().mode = parse_mode(optarg);
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("unilab-mps: %s", e.what());
+    return -1;
+  }
+}
+
+int on_threads(int, const char* optarg, int) {
+  try {
+    if (optarg != nullptr && std::strcmp(optarg, "(null)") != 0) {
+      state().limits.active_thread_percentage = parse_thread_percentage(optarg, state().config.max_threads);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("unilab-mps: --unilab-mps-threads: %s", e.what());
+    return -1;
+  }
+}
+
+int on_mem(int, const char* optarg, int) {
+  try {
+    if (optarg != nullptr && std::strcmp(optarg, "(null)") != 0) {
+      state().limits.pinned_mem_limit = parse_mem_limit(optarg, state().config.max_mem_bytes);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("unilab-mps: --unilab-mps-mem: %s", e.what());
+    return -1;
+  }
+}
+
+}  // namespace
+
+int register_options(spank_t sp, int argc, char** argv) {
+  try {
+    state().config = parse_plugin_args(plugin_args(argc, argv));
+  } catch (const std::exception& e) {
+    slurm_error("unilab-mps: refusing to load: %s", e.what());
+    return -1;
+  }
+  struct spank_option opts[] = {
+      {kOptMps, kOptMpsArg, kOptMpsUsage, 2, 0, on_mode},
+      {kOptThreads, kOptThreadsArg, kOptThreadsUsage, 1, 0, on_threads},
+      {kOptMem, kOptMemArg, kOptMemUsage, 1, 0, on_mem},
+  };
+  for (auto& o : opts) {
+    if (spank_option_register(sp, &o) != ESPANK_SUCCESS) {
+      slurm_error("unilab-mps: cannot register option --%s", o.name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace unilab::mps::spank

@@ -1,0 +1,31 @@
+// Shared between the per-context files of the SPANK plugin. Only this
+// directory includes spank.h; all logic lives in common/.
+#pragma once
+
+extern "C" {
+// spank.h's prototypes sit outside its own extern "C" block (Slurm 22.05).
+#include <slurm/spank.h>
+}
+
+#include <string>
+#include <vector>
+
+namespace unilab::mps::spank {
+
+std::vector<std::string> plugin_args(int argc, char** argv);
+
+// local/allocator (srun, sbatch, salloc) and remote (slurmstepd): register
+// --unilab-mps[=MODE], --unilab-mps-threads, --unilab-mps-mem.
+int register_options(spank_t sp, int argc, char** argv);
+
+// remote, per task, as the job user: rewrite the task's GPU environment.
+int remote_task_init(spank_t sp, int argc, char** argv);
+
+// job_script (prolog/epilog, root).
+int job_script_prolog(int argc, char** argv);
+int job_script_epilog(int argc, char** argv);
+
+// slurmd start: validate plugin arguments once, loudly.
+int slurmd_init(int argc, char** argv);
+
+}  // namespace unilab::mps::spank

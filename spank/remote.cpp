@@ -1,0 +1,72 @@
+// task_init in slurmstepd, as the job user, before exec: rewrite the task's
+// CUDA_VISIBLE_DEVICES to UUIDs and point it at the job's daemon for its GPUs,
+// from the records alone (no nvidia-smi on the task path).
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "common/errors.hpp"
+#include "common/job.hpp"
+extern "C" {
+#include <slurm/slurm.h>
+}
+#include "spank/plugin.hpp"
+#include "spank/state.hpp"
+
+namespace unilab::mps::spank {
+namespace {
+
+std::optional<std::string> task_getenv(spank_t sp, const char* key) {
+  char buf[8192];
+  if (spank_getenv(sp, key, buf, sizeof buf) != ESPANK_SUCCESS) return std::nullopt;
+  return std::string(buf);
+}
+
+}  // namespace
+
+int remote_task_init(spank_t sp, int, char**) {
+  if (!state().requested) return 0;  // jobs without the option: untouched
+  uint32_t job_id = 0, step_id = 0;
+  uid_t uid = 0;
+  if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+    slurm_error("unilab-mps: cannot read the job id/uid from Slurm; the task cannot be bound to its MPS daemon");
+    return -1;
+  }
+  spank_get_item(sp, S_JOB_STEPID, &step_id);
+  // The batch script is one "task" holding every GPU of the job: it gets
+  // UUID visibility, and a daemon only if one serves exactly its GPUs; the
+  // job's sruns do the per-task binding.
+  const bool batch_step = step_id == SLURM_BATCH_SCRIPT;
+  try {
+    TaskContext task;
+    task.job_id = std::to_string(job_id);
+    task.uid = uid;
+    task.node = task_getenv(sp, "SLURMD_NODENAME").value_or("");
+    task.cuda_visible_devices = task_getenv(sp, "CUDA_VISIBLE_DEVICES");
+    task.step_gpus = task_getenv(sp, "SLURM_STEP_GPUS");
+    task.job_gpus = task_getenv(sp, "SLURM_JOB_GPUS");
+    RecordStore store = slurm_record_store(state().config);
+    SystemDeviceAccess devices;
+    SystemProcReader proc;
+    TaskEnvironment env =
+        compute_task_environment(job_records(store, task.job_id, task.node, uid), task, devices, proc);
+    for (const auto& [k, v] : env.set) {
+      if (spank_setenv(sp, k.c_str(), v.c_str(), 1) != ESPANK_SUCCESS) {
+        slurm_error("unilab-mps: cannot set %s for the task", k.c_str());
+        return -1;
+      }
+    }
+    slurm_verbose("unilab-mps: job %u task bound to daemon %s", job_id, env.daemon_name.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    if (batch_step) {
+      slurm_verbose("unilab-mps: batch script of job %u left without an MPS daemon: %s", job_id, e.what());
+      return 0;
+    }
+    slurm_error("unilab-mps: %s", e.what());
+    return -1;
+  }
+}
+
+}  // namespace unilab::mps::spank

@@ -1,0 +1,20 @@
+// What the option callbacks learned in this process (srun or slurmstepd).
+#pragma once
+
+#include <string>
+
+#include "common/record.hpp"
+#include "common/slurm_config.hpp"
+
+namespace unilab::mps::spank {
+
+struct PluginState {
+  PluginConfig config;
+  bool requested = false;
+  std::string mode = "auto";
+  MpsLimits limits;
+};
+
+PluginState& state();
+
+}  // namespace unilab::mps::spank
