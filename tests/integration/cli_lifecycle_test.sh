@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The CLI against real fake daemons: as root, as the current user and as two
+# non-root users. Proves the round trip leaves nothing behind and that stale,
+# corrupt and hostile state is refused. Usage: cli_lifecycle_test.sh BUILD_DIR
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
+build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+
+work=$(mktemp -d /tmp/unilab-cli.XXXXXX)
+chmod 755 "$work"
+cleanup() {
+  for pid in $(mps_daemons_under "$work"); do kill -9 "$pid" 2>/dev/null; done
+  [ -n "${sleeper:-}" ] && kill "$sleeper" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+stage_binaries "$build" "$work/stage"
+ensure_test_users
+B=$work/stage/bin/unilab-mps
+export UNILAB_MPS_NVIDIA_SMI=$work/stage/fakes/nvidia-smi
+export UNILAB_MPS_CONTROL=$work/stage/fakes/nvidia-cuda-mps-control
+KEEP_VARS="UNILAB_MPS_NVIDIA_SMI UNILAB_MPS_CONTROL"
+
+echo "== root round trip"
+export UNILAB_MPS_STATE_DIR=$work/root-state UNILAB_MPS_RUN_DIR=$work/root-run
+out=$($B start 1 2>&1); rc=$?
+expect_eq "root: start exits 0" 0 "$rc"
+expect_contains "root: start names the daemon" "$out" "started gpu-3c8a1d5e"
+envout=$($B env)
+expect_contains "root: env exports UUID visibility" "$envout" "export CUDA_VISIBLE_DEVICES='GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60'"
+eval "$envout"
+client=$("$work/stage/fakes/fake-cuda-client" --hold 0 2>&1)
+expect_contains "root: a client joins the daemon" "$client" "connected to MPS server"
+json=$($B status --json)
+pid=$(printf '%s' "$json" | grep -m1 '"pid"' | tr -dc '0-9')
+check "root: status --json reports a live daemon" grep -q '"live": true' <<<"$json"
+check "root: recorded pid is the daemon process" test -d "/proc/$pid"
+owner=$(stat -c %U:%a "$work/root-run/gpu-3c8a1d5e/pipe")
+expect_eq "root: pipe dir is private" "root:700" "$owner"
+out=$($B stop); rc=$?
+expect_eq "root: stop exits 0" 0 "$rc"
+expect_contains "root: stop used quit" "$out" "quit"
+check_not "root: daemon process is gone" proc_running "$pid"
+expect_eq "root: no pipe/log dir remains" "" "$(ls -A "$work/root-run")"
+expect_eq "root: no record remains" "" "$(ls -A "$work/root-state")"
+unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+
+echo "== non-root users, per-gpu and multi topologies"
+for u in unimps1 unimps2; do
+  uid=$(id -u "$u")
+  sel=per-gpu:0,2; [ "$u" = unimps2 ] && sel=per-gpu:1,3
+  export UNILAB_MPS_STATE_DIR=$work/$u-state UNILAB_MPS_RUN_DIR=$work/$u-run
+  KEEP_VARS="UNILAB_MPS_NVIDIA_SMI UNILAB_MPS_CONTROL UNILAB_MPS_STATE_DIR UNILAB_MPS_RUN_DIR"
+  mkdir -p "$work/$u-run" "$work/$u-state" && chown "$u" "$work/$u-run" "$work/$u-state" && chmod 700 "$work/$u-run" "$work/$u-state"
+  out=$(as_user_env "$u" "$B" start "$sel" 2>&1); rc=$?
+  expect_eq "$u: per-gpu start exits 0" 0 "$rc" || true; [ "$rc" = 0 ] || echo "$out"
+  n=$(as_user_env "$u" "$B" status --json | grep -c '"live": true')
+  expect_eq "$u: two live daemons" 2 "$n"
+  for p in $(mps_daemons_under "$work/$u-run"); do
+    expect_eq "$u: daemon $p runs as the user" "$uid" "$(awk '/^Uid:/{print $2}' "/proc/$p/status")"
+  done
+  cvd=$(tr '\0' '\n' <"/proc/$(mps_daemons_under "$work/$u-run" | head -1)/environ" | grep '^CUDA_VISIBLE_DEVICES=')
+  expect_contains "$u: daemon environment holds a UUID" "$cvd" "CUDA_VISIBLE_DEVICES=GPU-"
+  if [ "$u" = unimps1 ]; then
+    out=$(as_user_env "$u" "$B" env --gpu gpu-7FDAF0A5179BF636D15DDAF243E3FF16 2>&1)
+    expect_contains "$u: env --gpu matches any UUID spelling" "$out" "CUDA_VISIBLE_DEVICES='GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16'"
+  fi
+done
+
+echo "== one user cannot reach or stop another's daemons"
+p2=$(mps_daemons_under "$work/unimps2-run" | head -1)
+pipe2=$(tr '\0' '\n' <"/proc/$p2/environ" | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')
+out=$(KEEP_VARS="" as_user_env unimps1 env CUDA_MPS_PIPE_DIRECTORY="$pipe2" "$work/stage/fakes/fake-cuda-client" --hold 0 2>&1); rc=$?
+check "unimps1 cannot connect to unimps2's pipe" test "$rc" -ne 0
+chmod 755 "$work/unimps2-state"  # even readable, another user's records are not trusted
+out=$(UNILAB_MPS_STATE_DIR=$work/unimps2-state as_user_env unimps1 "$B" stop --all 2>&1); rc=$?
+chmod 700 "$work/unimps2-state"
+check "unimps1 stop --all on unimps2's state dir is refused" test "$rc" -ne 0
+expect_contains "refusal names the ownership problem" "$out" "refusing"
+check "unimps2's daemon survives" proc_running "$p2"
+out=$(UNILAB_MPS_STATE_DIR=$work/unimps1-state as_user_env unimps1 "$B" stop "$(basename "$(dirname "$pipe2")")" 2>&1); rc=$?
+check "unimps1 cannot stop a daemon by unimps2's name" test "$rc" -ne 0
+check "unimps2's daemon still survives" proc_running "$p2"
+
+echo "== multi-GPU daemon for unimps1"
+export UNILAB_MPS_STATE_DIR=$work/unimps1-state UNILAB_MPS_RUN_DIR=$work/unimps1-run
+out=$(as_user_env unimps1 "$B" start 1,3 --name pair 2>&1); rc=$?
+expect_eq "multi: start exits 0" 0 "$rc"
+out=$(as_user_env unimps1 "$B" env pair)
+expect_contains "multi: both UUIDs visible" "$out" "GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60,GPU-0f1e2d3c-4b5a-4697-8877-66554433aa10"
+
+for u in unimps1 unimps2; do
+  export UNILAB_MPS_STATE_DIR=$work/$u-state UNILAB_MPS_RUN_DIR=$work/$u-run
+  out=$(as_user_env "$u" "$B" stop --all 2>&1); rc=$?
+  expect_eq "$u: stop --all exits 0" 0 "$rc"
+  expect_eq "$u: no daemon process remains" "" "$(mps_daemons_under "$work/$u-run")"
+  expect_eq "$u: no pipe/log dir remains" "" "$(ls -A "$work/$u-run")"
+  expect_eq "$u: no record remains" "" "$(ls -A "$work/$u-state" 2>/dev/null)"
+done
+
+echo "== a record pointing to a live unrelated process is refused"
+export UNILAB_MPS_STATE_DIR=$work/root-state UNILAB_MPS_RUN_DIR=$work/root-run
+$B start 2 --name victim >/dev/null
+sleep 300 & sleeper=$!
+rec=$work/root-state/victim.json
+real=$(grep '"pid"' "$rec" | tr -dc '0-9')
+sed -i "s/\"pid\": $real/\"pid\": $sleeper/" "$rec"
+out=$($B stop victim 2>&1); rc=$?
+expect_eq "stale: stop exits 3 (stale)" 3 "$rc"
+expect_contains "stale: message says nothing was signalled" "$out" "nothing was signalled"
+check "stale: the unrelated process survives" kill -0 "$sleeper"
+check_not "stale: record removed" test -e "$rec"
+kill -9 "$real" 2>/dev/null; kill "$sleeper"; sleeper=
+
+echo "== a corrupt record is reported and ignored"
+mkdir -p "$work/root-state" && chmod 700 "$work/root-state"
+printf '{"schema_version": 1, "name": "broken"' >"$work/root-state/broken.json"
+out=$($B status 2>&1); rc=$?
+expect_eq "corrupt: status still exits 0" 0 "$rc"
+expect_contains "corrupt: status reports it" "$out" "ignored record broken.json"
+out=$($B stop --all 2>&1); rc=$?
+expect_eq "corrupt: stop --all ignores it" 0 "$rc"
+check "corrupt: the file is left for inspection" test -e "$work/root-state/broken.json"
+rm -f "$work/root-state/broken.json"
+
+echo "== a symlink planted where a pipe dir goes is refused"
+mkdir -p "$work/elsewhere"
+ln -s "$work/elsewhere" "$work/root-run/gpu-a1b2c3d4"
+out=$($B start 2 2>&1); rc=$?
+check "symlink: start fails" test "$rc" -ne 0
+expect_contains "symlink: message names the symlink" "$out" "symlink"
+expect_eq "symlink: nothing created behind it" "" "$(ls -A "$work/elsewhere")"
+expect_eq "symlink: no record written" "" "$(ls -A "$work/root-state")"
+rm "$work/root-run/gpu-a1b2c3d4"
+
+echo "== an over-long pipe directory is refused before anything starts"
+long=$work/$(printf 'x%.0s' $(seq 1 120))
+out=$($B start 2 --pipe-dir "$long" 2>&1); rc=$?
+check "long path: start fails" test "$rc" -ne 0
+expect_contains "long path: message names the UNIX socket limit" "$out" "UNIX sockets allow 107"
+
+finish
