@@ -1,0 +1,702 @@
+# shellcheck shell=bash
+# tests/e2e/cluster.sh: a throwaway, real Slurm 22.05 cluster on this machine.
+#
+# Source it (`source tests/e2e/cluster.sh`), then call cluster_up / cluster_down.
+# Everything (config, state, spool, pid and log files, fake GPU device nodes)
+# lives in CLUSTER_DIR; the daemons are started with absolute -f paths and
+# stopped by the PIDs this library recorded, never by name.
+#
+# Inputs (environment / shell variables read by cluster_up):
+#   CLUSTER_DIR        temp dir to create (default: mktemp -d /tmp/unilab-e2e.XXXXXX)
+#   CLUSTER_MODE       plain (linuxproc, task/none) | cgroup (cgroup v1, ConstrainDevices)
+#   CLUSTER_NODES      1 or 2 (nodes n1[, n2] on this host, distinct slurmd ports)
+#   CLUSTER_PORT_BASE  slurmctld port; slurmd of node i gets base+i (default 16817)
+#   GPU_MINORS         fake GPU minors in GRES order (default "3 1 0 2")
+#   PLUGIN_SO          absolute path of unilab_mps.so; unset/empty: plugstack.conf
+#                      without any plugin (PlugStackConfig always points at ours)
+#   PLUGIN_ARGS        key=value plugin arguments (one string, split on blanks)
+#   PLUGIN_REQUIRED=1  `required` instead of `optional` in plugstack.conf
+#   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim (e.g. PrologFlags=Alloc)
+#   CLUSTER_DEBUG      SlurmdDebug/SlurmctldDebug level (default debug)
+#   CLUSTER_WAIT_S     bound for every wait in this file (default 60)
+#   KEEP_CLUSTER_LOGS=1  cluster_down keeps CLUSTER_DIR instead of removing it
+# Outputs after cluster_up: exported SLURM_CONF, CLUSTER_DIR, CLUSTER_NODE_NAMES.
+
+_UE2E_REGISTRY=${UNILAB_E2E_REGISTRY:-/tmp/unilab-e2e-registry}
+_UE2E_MARKER=.unilab-e2e-cluster
+_UE2E_SBIN=/usr/sbin
+
+_ue2e_log() { printf '[cluster] %s\n' "$*" >&2; }
+_ue2e_err() { printf '[cluster] ERROR: %s\n' "$*" >&2; }
+
+_ue2e_wait_s() { printf '%s' "${CLUSTER_WAIT_S:-60}"; }
+
+# Print the last lines of every log this cluster wrote (for failure messages).
+cluster_log_tails() {
+    local dir=${1:-${CLUSTER_DIR:-}} f
+    [[ -n $dir && -d $dir/log ]] || return 0
+    for f in "$dir"/log/*; do
+        [[ -s $f ]] || continue
+        printf -- '----- tail of %s -----\n' "$f" >&2
+        tail -n "${CLUSTER_LOG_TAIL_LINES:-25}" "$f" >&2
+    done
+}
+
+# Node names of the running cluster (from CLUSTER_DIR when the variables of
+# the shell that ran cluster_up are not at hand).
+_ue2e_cluster_nodes() {
+    if [[ -n ${CLUSTER_NODE_NAMES:-} ]]; then
+        printf '%s' "$CLUSTER_NODE_NAMES"
+        return
+    fi
+    local n
+    n=$(sed -n 's/^CLUSTER_NODES=//p' "${CLUSTER_DIR:?no cluster}/state/params" 2>/dev/null)
+    CLUSTER_NODES=${n:-1} _ue2e_node_names
+}
+
+_ue2e_node_names() {
+    local n=${CLUSTER_NODES:-1} i
+    for ((i = 1; i <= n; i++)); do printf 'n%d ' "$i"; done
+}
+
+# ---------------------------------------------------------------- processes
+
+# True when PID is alive and is the daemon EXE started with config CONF.
+_ue2e_pid_is() {
+    local pid=$1 exe=$2 conf=$3 cmd
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    # /usr/sbin/slurmd is an alternatives symlink to slurmd-wlm: compare targets.
+    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$(readlink -f "$exe")" ]] || return 1
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ " $cmd " == *" $conf "* ]]
+}
+
+# PIDs of slurmstepd processes holding an open file inside DIR (their log file
+# is the slurmd log in DIR/log), i.e. step daemons of this cluster only.
+_ue2e_stepd_pids() {
+    local dir=$1 p fd
+    for p in /proc/[0-9]*; do
+        [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd ]] || continue
+        for fd in "$p"/fd/*; do
+            if [[ $(readlink "$fd" 2>/dev/null) == "$dir"/* ]]; then
+                printf '%s\n' "${p#/proc/}"
+                break
+            fi
+        done
+    done
+}
+
+# Wait until none of the PIDs exists any more; return 1 after SECONDS.
+_ue2e_wait_pids_gone() {
+    local seconds=$1 p alive
+    shift
+    local deadline=$((SECONDS + seconds))
+    while :; do
+        alive=
+        for p in "$@"; do
+            [[ -e /proc/$p ]] && alive+=" $p"
+        done
+        [[ -z $alive ]] && return 0
+        ((SECONDS >= deadline)) && { _ue2e_err "still alive after ${seconds}s:$alive"; return 1; }
+        sleep 0.2
+    done
+}
+
+# Kill the daemon recorded in RECORD_FILE (TERM, bounded wait, then KILL).
+_ue2e_kill_recorded() {
+    local record=$1 exe=$2 conf=$3 pid
+    [[ -f $record ]] || return 0
+    pid=$(<"$record")
+    if _ue2e_pid_is "$pid" "$exe" "$conf"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        if ! _ue2e_wait_pids_gone 15 "$pid" 2>/dev/null; then
+            _ue2e_pid_is "$pid" "$exe" "$conf" && kill -KILL "$pid" 2>/dev/null
+            _ue2e_wait_pids_gone 5 "$pid" || return 1
+        fi
+    fi
+    rm -f "$record"
+}
+
+_ue2e_kill_stepds() {
+    local dir=$1 pids
+    mapfile -t pids < <(_ue2e_stepd_pids "$dir")
+    ((${#pids[@]})) || return 0
+    _ue2e_log "killing leftover slurmstepd: ${pids[*]}"
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    _ue2e_wait_pids_gone 10 "${pids[@]}"
+}
+
+# Cancel every job of the cluster at CONF and wait (bounded) until the queue
+# is empty and no node is completing, so that epilogs (the plugin's cleanup)
+# run before the daemons go away. Best effort: slurmctld may be dead already.
+_ue2e_cancel_jobs() {
+    local conf=$1 jobs
+    jobs=$(SLURM_CONF=$conf timeout 10 squeue -h -o %i 2>/dev/null) || return 0
+    [[ -n $jobs ]] || return 0
+    # shellcheck disable=SC2086 # one word per job id
+    SLURM_CONF=$conf timeout 10 scancel $jobs 2>/dev/null || true
+    local deadline=$((SECONDS + 30))
+    while ((SECONDS < deadline)); do
+        # No `cmd | grep -q` under pipefail: an early grep exit can SIGPIPE cmd.
+        if [[ -z $(SLURM_CONF=$conf timeout 10 squeue -h -o %i 2>/dev/null) &&
+            $(SLURM_CONF=$conf timeout 10 sinfo -h -N -o %T 2>/dev/null) != *completing* ]]; then
+            return 0
+        fi
+        sleep 0.3
+    done
+    _ue2e_err "jobs still present 30s after scancel: $(SLURM_CONF=$conf squeue -h -o '%i:%T' 2>&1 | tr '\n' ' ')"
+}
+
+# Last resort after the step daemons were killed: job processes whose
+# environment names this cluster's config (srun propagates SLURM_CONF).
+_ue2e_kill_job_tasks() {
+    local conf=$1 p pids=()
+    for p in /proc/[0-9]*; do
+        [[ ${p#/proc/} == "$$" || ${p#/proc/} == "$BASHPID" ]] && continue
+        if grep -qzxF "SLURM_CONF=$conf" "$p/environ" 2>/dev/null &&
+            grep -qz '^SLURM_JOB_ID=' "$p/environ" 2>/dev/null; then
+            pids+=("${p#/proc/}")
+        fi
+    done
+    ((${#pids[@]})) || return 0
+    _ue2e_log "killing leftover job processes: ${pids[*]}"
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    _ue2e_wait_pids_gone 10 "${pids[@]}"
+}
+
+# Stop every daemon recorded in DIR: cancel jobs, then slurmd, leftover
+# slurmstepd and job processes, then slurmctld.
+_ue2e_stop_dir() {
+    local dir=$1 conf=$1/etc/slurm.conf rc=0 rec
+    if _ue2e_pid_is "$(cat "$dir/state/slurmctld.pid" 2>/dev/null)" "$_UE2E_SBIN/slurmctld" "$conf"; then
+        _ue2e_cancel_jobs "$conf"
+    fi
+    for rec in "$dir"/state/slurmd-*.pid; do
+        [[ -e $rec ]] || continue
+        _ue2e_kill_recorded "$rec" "$_UE2E_SBIN/slurmd" "$conf" || rc=1
+    done
+    _ue2e_kill_stepds "$dir" || rc=1
+    _ue2e_kill_job_tasks "$conf" || rc=1
+    _ue2e_kill_recorded "$dir/state/slurmctld.pid" "$_UE2E_SBIN/slurmctld" "$conf" || rc=1
+    _ue2e_kill_unrecorded "$conf" || rc=1
+    return "$rc"
+}
+
+# Fallback for a start that failed before its PID was recorded: daemons whose
+# command line names this cluster's (unique, temp-dir) config file.
+_ue2e_kill_unrecorded() {
+    local conf=$1 p exe pids=()
+    for p in /proc/[0-9]*; do
+        p=${p#/proc/}
+        for exe in "$_UE2E_SBIN/slurmd" "$_UE2E_SBIN/slurmctld"; do
+            _ue2e_pid_is "$p" "$exe" "$conf" && pids+=("$p")
+        done
+    done
+    ((${#pids[@]})) || return 0
+    _ue2e_log "stopping unrecorded daemons of $conf: ${pids[*]}"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    _ue2e_wait_pids_gone 15 "${pids[@]}" && return 0
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    _ue2e_wait_pids_gone 5 "${pids[@]}"
+}
+
+# ---------------------------------------------------------------- ports
+
+# True when TCP PORT has a listener (IPv4 or IPv6), from /proc/net/tcp*.
+_ue2e_port_listening() {
+    local hex
+    hex=$(printf '%04X' "$1")
+    awk -v p=":$hex" 'NR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+_ue2e_ports() {
+    local base=${CLUSTER_PORT_BASE:-16817} i
+    printf '%s ' "$base"
+    for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do printf '%s ' "$((base + i))"; done
+}
+
+# Start time (clock ticks since boot, field 22 of /proc/PID/stat) of PID.
+_ue2e_start_ticks() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) } # fields after the last ')': field 3 onwards
+    local -a fields
+    read -r -a fields <<<"$stat"
+    printf '%s' "${fields[19]}"
+}
+
+# Registry entry for this port base: "DIR OWNER_PID OWNER_START_TICKS".
+_ue2e_registry_file() { printf '%s/port-%s' "$_UE2E_REGISTRY" "${CLUSTER_PORT_BASE:-16817}"; }
+
+_ue2e_register() {
+    printf '%s %s %s\n' "$CLUSTER_DIR" "$$" "$(_ue2e_start_ticks "$$")" >"$(_ue2e_registry_file)"
+}
+
+# A cluster recorded on the same port base whose owner shell is gone is
+# stale: stop it. One whose owner still runs belongs to someone: refuse.
+_ue2e_reap_stale() {
+    local reg old owner ticks
+    reg=$(_ue2e_registry_file)
+    [[ -f $reg ]] || return 0
+    read -r old owner ticks <"$reg" || true
+    if [[ -n $owner && $(_ue2e_start_ticks "$owner") == "$ticks" && -e $old/$_UE2E_MARKER ]]; then
+        _ue2e_err "port base ${CLUSTER_PORT_BASE:-16817} is held by the cluster in $old, started by" \
+            "live process $owner ($(tr '\0' ' ' <"/proc/$owner/cmdline" 2>/dev/null))." \
+            "Stop it (CLUSTER_DIR=$old cluster_down) or set another CLUSTER_PORT_BASE."
+        return 1
+    fi
+    if [[ -n $old && -e $old/$_UE2E_MARKER ]]; then
+        _ue2e_log "stopping stale cluster recorded in $old (owner $owner is gone)"
+        _ue2e_stop_dir "$old" || return 1
+        _ue2e_cgroup_cleanup "$old"
+        [[ ${KEEP_CLUSTER_LOGS:-0} == 1 ]] || rm -rf -- "$old"
+    fi
+    rm -f "$reg"
+}
+
+_ue2e_check_ports_free() {
+    local p busy=
+    for p in $(_ue2e_ports); do
+        _ue2e_port_listening "$p" && busy+=" $p"
+    done
+    [[ -z $busy ]] && return 0
+    _ue2e_err "TCP port(s)$busy already in use (another cluster?). Set CLUSTER_PORT_BASE or stop it:"
+    ss -ltnp 2>/dev/null | grep -E ":($(_ue2e_ports | tr ' ' '|' | sed 's/|$//'))\b" >&2 || true
+    return 1
+}
+
+# ---------------------------------------------------------------- munge
+
+_ue2e_munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+ensure_munged() {
+    _ue2e_munge_ok && return 0
+    mkdir -p /run/munge && chown munge:munge /run/munge || return 1
+    su -s /bin/sh munge -c /usr/sbin/munged || _ue2e_log "munged start returned $? (maybe already starting)"
+    local deadline=$((SECONDS + 10))
+    until _ue2e_munge_ok; do
+        if ((SECONDS >= deadline)); then
+            _ue2e_err "munged does not answer (munge -n | unmunge fails)"
+            tail -n 20 /var/log/munge/munged.log >&2 2>/dev/null
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# ---------------------------------------------------------------- config
+
+_ue2e_prepare_dir() {
+    if [[ -z ${CLUSTER_DIR:-} ]]; then
+        CLUSTER_DIR=$(mktemp -d /tmp/unilab-e2e.XXXXXX) || return 1
+        _UE2E_GENERATED_DIR=1
+    elif [[ -e $CLUSTER_DIR/$_UE2E_MARKER ]]; then
+        _ue2e_log "reusing $CLUSTER_DIR: stopping what it recorded"
+        _ue2e_stop_dir "$CLUSTER_DIR" || return 1
+        find "$CLUSTER_DIR" -mindepth 1 -delete || return 1
+    elif [[ -d $CLUSTER_DIR && -n $(ls -A "$CLUSTER_DIR") ]]; then
+        _ue2e_err "CLUSTER_DIR=$CLUSTER_DIR exists, is not empty and is not a cluster dir"
+        return 1
+    fi
+    [[ $CLUSTER_DIR == /* ]] || { _ue2e_err "CLUSTER_DIR must be absolute: $CLUSTER_DIR"; return 1; }
+    mkdir -p "$CLUSTER_DIR"/{etc,dev,log,run,spool,state,ctld} || return 1
+    chmod 755 "$CLUSTER_DIR" "$CLUSTER_DIR"/{etc,dev,log,run,spool} || return 1
+    chmod 700 "$CLUSTER_DIR"/{state,ctld} || return 1
+    : >"$CLUSTER_DIR/$_UE2E_MARKER"
+    export CLUSTER_DIR
+}
+
+_ue2e_make_gpus() {
+    local m
+    for m in ${GPU_MINORS:-3 1 0 2}; do
+        [[ $m =~ ^[0-9]+$ ]] || { _ue2e_err "bad GPU minor '$m' in GPU_MINORS"; return 1; }
+        mknod -m 666 "$CLUSTER_DIR/dev/nvidia$m" c 195 "$m" || return 1
+    done
+}
+
+_ue2e_write_slurm_conf() {
+    local d=$CLUSTER_DIR base=${CLUSTER_PORT_BASE:-16817} host i ngpu
+    local -a minors
+    read -r -a minors <<<"${GPU_MINORS:-3 1 0 2}"
+    ngpu=${#minors[@]}
+    host=$(hostname)
+    local proctrack=proctrack/linuxproc task=task/none
+    case ${CLUSTER_MODE:-plain} in
+    plain) ;;
+    cgroup) proctrack=proctrack/cgroup task=task/cgroup ;;
+    *) _ue2e_err "CLUSTER_MODE must be plain or cgroup, not '${CLUSTER_MODE}'"; return 1 ;;
+    esac
+    {
+        cat <<EOF
+# generated by tests/e2e/cluster.sh
+ClusterName=unilab-e2e
+SlurmctldHost=${host}(127.0.0.1)
+SlurmctldPort=${base}
+SlurmdPort=$((base + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=${proctrack}
+TaskPlugin=${task}
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+SwitchType=switch/none
+MailProg=/bin/true
+ReturnToService=2
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+KillWait=2
+MessageTimeout=10
+SlurmctldTimeout=30
+SlurmdTimeout=60
+InactiveLimit=0
+MinJobAge=5
+Waittime=0
+TCPTimeout=5
+StateSaveLocation=${d}/ctld
+SlurmdSpoolDir=${d}/spool/%n
+SlurmctldPidFile=${d}/run/slurmctld.pid
+SlurmdPidFile=${d}/run/slurmd-%n.pid
+SlurmctldLogFile=${d}/log/slurmctld.log
+SlurmdLogFile=${d}/log/slurmd-%n.log
+SlurmctldDebug=${CLUSTER_DEBUG:-debug}
+SlurmdDebug=${CLUSTER_DEBUG:-debug}
+EOF
+        # Always our own file (empty without PLUGIN_SO): never the system's
+        # /etc/slurm/plugstack.conf, and write_plugstack_conf +
+        # cluster_restart_slurmd can switch a plugin on later.
+        printf 'PlugStackConfig=%s/etc/plugstack.conf\n' "$d"
+        for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do
+            printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=8 RealMemory=1000 Gres=gpu:%d State=UNKNOWN\n' \
+                "$i" "$host" "$((base + i))" "$ngpu"
+        done
+        printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
+        [[ -z ${CLUSTER_EXTRA_CONF:-} ]] || printf '%s\n' "$CLUSTER_EXTRA_CONF"
+    } >"$d/etc/slurm.conf"
+}
+
+_ue2e_write_gres_conf() {
+    local i m
+    {
+        printf 'AutoDetect=off\n'
+        for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do
+            for m in ${GPU_MINORS:-3 1 0 2}; do
+                printf 'NodeName=n%d Name=gpu File=%s/dev/nvidia%s\n' "$i" "$CLUSTER_DIR" "$m"
+            done
+        done
+    } >"$CLUSTER_DIR/etc/gres.conf"
+}
+
+_ue2e_write_cgroup_conf() {
+    # Only in cgroup mode: with linuxproc + task/none no cgroup plugin loads.
+    if [[ ${CLUSTER_MODE:-plain} == cgroup ]]; then
+        cat >"$CLUSTER_DIR/etc/cgroup.conf" <<'EOF'
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainDevices=yes
+ConstrainCores=no
+ConstrainRAMSpace=no
+EOF
+    fi
+}
+
+# (Re)write plugstack.conf from PLUGIN_SO / PLUGIN_ARGS / PLUGIN_REQUIRED.
+# After changing it on a running cluster, call cluster_restart_slurmd.
+write_plugstack_conf() {
+    local f=$CLUSTER_DIR/etc/plugstack.conf kind=optional
+    if [[ -z ${PLUGIN_SO:-} ]]; then
+        printf '# no SPANK plugin (PLUGIN_SO unset)\n' >"$f"
+        chmod 644 "$f"
+        return 0
+    fi
+    [[ $PLUGIN_SO == /* ]] || { _ue2e_err "PLUGIN_SO must be an absolute path: $PLUGIN_SO"; return 1; }
+    [[ -f $PLUGIN_SO ]] || { _ue2e_err "PLUGIN_SO does not exist: $PLUGIN_SO"; return 1; }
+    [[ ${PLUGIN_REQUIRED:-0} == 1 ]] && kind=required
+    printf '%s %s %s\n' "$kind" "$PLUGIN_SO" "${PLUGIN_ARGS:-}" >"$f"
+    chmod 644 "$f"
+}
+
+_ue2e_write_config() {
+    _ue2e_write_slurm_conf || return 1
+    _ue2e_write_gres_conf || return 1
+    _ue2e_write_cgroup_conf || return 1
+    write_plugstack_conf || return 1
+    chmod 644 "$CLUSTER_DIR"/etc/* || return 1
+}
+
+# ---------------------------------------------------------------- daemons
+
+# Wait for a pid file written by a daemonizing slurm daemon; record its PID.
+_ue2e_record_pid() {
+    local pidfile=$1 record=$2 exe=$3 what=$4 pid
+    local deadline=$((SECONDS + $(_ue2e_wait_s)))
+    while :; do
+        pid=$(cat "$pidfile" 2>/dev/null || true)
+        if [[ -n $pid ]] && _ue2e_pid_is "$pid" "$exe" "$SLURM_CONF"; then
+            printf '%s\n' "$pid" >"$record"
+            return 0
+        fi
+        if ((SECONDS >= deadline)); then
+            _ue2e_err "$what did not come up (no live PID in $pidfile after $(_ue2e_wait_s)s)"
+            cluster_log_tails "$CLUSTER_DIR"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+_ue2e_daemon_env() {
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+}
+
+_ue2e_start_slurmctld() {
+    local d=$CLUSTER_DIR
+    # -i: ignore state (fresh dir anyway); -f: absolute config path.
+    _ue2e_daemon_env setsid "$_UE2E_SBIN/slurmctld" -i -f "$SLURM_CONF" \
+        </dev/null >>"$d/log/slurmctld.out" 2>&1 || {
+        _ue2e_err "slurmctld exited with $?"
+        cluster_log_tails "$CLUSTER_DIR"
+        return 1
+    }
+    _ue2e_record_pid "$d/run/slurmctld.pid" "$d/state/slurmctld.pid" "$_UE2E_SBIN/slurmctld" slurmctld || return 1
+    local deadline=$((SECONDS + $(_ue2e_wait_s)))
+    until [[ $(scontrol ping 2>/dev/null) == *'is UP'* ]]; do
+        if ((SECONDS >= deadline)); then
+            _ue2e_err "slurmctld does not answer scontrol ping"
+            cluster_log_tails "$CLUSTER_DIR"
+            return 1
+        fi
+        sleep 0.3
+    done
+}
+
+_ue2e_start_slurmd() {
+    local node=$1 d=$CLUSTER_DIR
+    mkdir -p "$d/spool/$node" || return 1
+    _ue2e_daemon_env setsid "$_UE2E_SBIN/slurmd" -N "$node" -f "$SLURM_CONF" \
+        </dev/null >>"$d/log/slurmd-$node.out" 2>&1 || {
+        _ue2e_err "slurmd -N $node exited with $?"
+        cluster_log_tails "$CLUSTER_DIR"
+        return 1
+    }
+    _ue2e_record_pid "$d/run/slurmd-$node.pid" "$d/state/slurmd-$node.pid" "$_UE2E_SBIN/slurmd" "slurmd $node"
+}
+
+# Print "NODE STATE" for every node of the cluster (sinfo's long state names).
+cluster_node_states() {
+    sinfo -h -N -o '%N %T' 2>/dev/null | sort -u
+}
+
+# Wait until every NODE given (default: all) is exactly idle.
+wait_nodes_idle() {
+    local nodes=("$@") n st ok
+    ((${#nodes[@]})) || read -r -a nodes <<<"$(_ue2e_cluster_nodes)"
+    local deadline=$((SECONDS + $(_ue2e_wait_s)))
+    while :; do
+        ok=1
+        for n in "${nodes[@]}"; do
+            st=$(sinfo -h -n "$n" -N -o '%T' 2>/dev/null || true)
+            [[ $st == idle ]] || { ok=0; break; }
+        done
+        ((ok)) && return 0
+        if ((SECONDS >= deadline)); then
+            _ue2e_err "nodes ${nodes[*]} not idle after $(_ue2e_wait_s)s; sinfo says:"
+            cluster_node_states >&2
+            scontrol show node "${nodes[@]}" 2>&1 | grep -E 'NodeName|State|Reason' >&2
+            cluster_log_tails "$CLUSTER_DIR"
+            return 1
+        fi
+        sleep 0.3
+    done
+}
+
+# ---------------------------------------------------------------- public API
+
+cluster_up() {
+    local nnodes=${CLUSTER_NODES:-1}
+    [[ $nnodes == 1 || $nnodes == 2 ]] || { _ue2e_err "CLUSTER_NODES must be 1 or 2, not '$nnodes'"; return 1; }
+    [[ $(id -u) == 0 ]] || { _ue2e_err "cluster_up needs root"; return 1; }
+    mkdir -p "$_UE2E_REGISTRY" || return 1
+    _ue2e_reap_stale || return 1
+    _ue2e_check_ports_free || return 1
+    ensure_munged || return 1
+    _ue2e_prepare_dir || return 1
+    export SLURM_CONF=$CLUSTER_DIR/etc/slurm.conf
+    CLUSTER_NODE_NAMES=$(_ue2e_node_names)
+    CLUSTER_NODE_NAMES=${CLUSTER_NODE_NAMES% }
+    export CLUSTER_NODE_NAMES
+    # Remember what this dir needs to be torn down without our shell variables.
+    printf 'CLUSTER_MODE=%s\nCLUSTER_NODES=%s\nCLUSTER_PORT_BASE=%s\n' \
+        "${CLUSTER_MODE:-plain}" "$nnodes" "${CLUSTER_PORT_BASE:-16817}" >"$CLUSTER_DIR/state/params"
+    _ue2e_make_gpus || return 1
+    _ue2e_write_config || return 1
+    _ue2e_register || return 1
+    local t0=$SECONDS n
+    _ue2e_start_slurmctld || return 1
+    for n in $CLUSTER_NODE_NAMES; do
+        _ue2e_start_slurmd "$n" || return 1
+    done
+    wait_nodes_idle || return 1
+    _ue2e_log "up in $((SECONDS - t0))s: mode=${CLUSTER_MODE:-plain} nodes=$CLUSTER_NODE_NAMES dir=$CLUSTER_DIR plugin=${PLUGIN_SO:-none}"
+}
+
+# Stop everything this cluster started; keep or remove CLUSTER_DIR.
+# Safe to call twice and from an EXIT trap; never fails the caller's shell.
+cluster_down() {
+    local dir=${CLUSTER_DIR:-} rc=0
+    [[ -n $dir && -e $dir/$_UE2E_MARKER ]] || return 0
+    _ue2e_stop_dir "$dir" || rc=1
+    _ue2e_cgroup_cleanup "$dir"
+    local reg regdir _rest base
+    base=$(sed -n 's/^CLUSTER_PORT_BASE=//p' "$dir/state/params" 2>/dev/null)
+    reg=$(CLUSTER_PORT_BASE=${base:-${CLUSTER_PORT_BASE:-16817}} _ue2e_registry_file)
+    if [[ -f $reg ]] && read -r regdir _rest <"$reg" && [[ $regdir == "$dir" ]]; then
+        rm -f "$reg"
+    fi
+    if ((rc)); then
+        _ue2e_err "some daemons of $dir did not stop; keeping the dir"
+    elif [[ ${KEEP_CLUSTER_LOGS:-0} == 1 ]]; then
+        _ue2e_log "stopped; logs kept in $dir/log"
+        rm -f "$dir/$_UE2E_MARKER"
+    else
+        rm -rf -- "$dir"
+    fi
+    if [[ ${_UE2E_GENERATED_DIR:-0} == 1 ]]; then
+        CLUSTER_DIR=
+        _UE2E_GENERATED_DIR=0
+    fi
+    return 0
+}
+
+# Remove the (empty) cgroups slurm left behind in cgroup mode. This slurmd
+# build names its v1 root slurm_<node> (multiple-slurmd support), so only our
+# node names are touched; rmdir fails harmlessly on a cgroup with tasks.
+_ue2e_cgroup_cleanup() {
+    local dir=$1 nodes d i
+    grep -qx 'CLUSTER_MODE=cgroup' "$dir/state/params" 2>/dev/null || return 0
+    nodes=$(sed -n 's/^CLUSTER_NODES=//p' "$dir/state/params")
+    for ((i = 1; i <= ${nodes:-1}; i++)); do
+        while IFS= read -r d; do
+            rmdir "$d" 2>/dev/null || true
+        done < <(find /sys/fs/cgroup/*/"slurm_n$i" -depth -type d 2>/dev/null)
+    done
+}
+
+# SlurmdStartTime of NODE as slurmctld knows it (changes when a new slurmd
+# registers).
+_ue2e_slurmd_start_time() {
+    local out
+    out=$(scontrol -o show node "$1" 2>/dev/null) || true
+    [[ $out =~ SlurmdStartTime=([^ ]+) ]] && printf '%s' "${BASH_REMATCH[1]}"
+    return 0
+}
+
+# Restart slurmd on NODE (default: every node), then wait until slurmctld saw
+# each new slurmd register (SlurmdStartTime changed) and the node is idle.
+cluster_restart_slurmd() {
+    local nodes=("$@") n
+    ((${#nodes[@]})) || read -r -a nodes <<<"$(_ue2e_cluster_nodes)"
+    local -A before=()
+    for n in "${nodes[@]}"; do
+        before[$n]=$(_ue2e_slurmd_start_time "$n")
+        _ue2e_kill_recorded "$CLUSTER_DIR/state/slurmd-$n.pid" "$_UE2E_SBIN/slurmd" "$SLURM_CONF" || return 1
+        _ue2e_start_slurmd "$n" || return 1
+    done
+    local deadline=$((SECONDS + $(_ue2e_wait_s)))
+    for n in "${nodes[@]}"; do
+        while [[ $(_ue2e_slurmd_start_time "$n") == "${before[$n]}" ]]; do
+            if ((SECONDS >= deadline)); then
+                _ue2e_err "restarted slurmd $n did not register (SlurmdStartTime still ${before[$n]})"
+                cluster_log_tails "$CLUSTER_DIR"
+                return 1
+            fi
+            sleep 0.2
+        done
+    done
+    wait_nodes_idle "${nodes[@]}"
+}
+
+# Run CMD ARGS... as USER with a clean, fixed environment (HOME, USER,
+# LOGNAME, SHELL, PATH, LANG, SLURM_CONF: nothing leaks from the caller, which
+# srun would otherwise pass on to the tasks), cwd = the user's home unless
+# AS_USER_CWD is set, stdin passed through. Add variables with
+# `as_user USER env VAR=value CMD...`. Bounded by AS_USER_TIMEOUT seconds
+# (default 120; exit status 124 on timeout).
+as_user() {
+    local user=$1 home cwd script
+    shift
+    (($#)) || { _ue2e_err "as_user: no command"; return 2; }
+    home=$(getent passwd "$user" | cut -d: -f6)
+    [[ -n $home ]] || { _ue2e_err "as_user: unknown user '$user'"; return 2; }
+    cwd=${AS_USER_CWD:-$home}
+    script=$(printf 'cd %q || exit 125; exec env -i HOME=%q USER=%q LOGNAME=%q SHELL=/bin/bash PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 SLURM_CONF=%q' \
+        "$cwd" "$home" "$user" "$user" "${SLURM_CONF:?SLURM_CONF unset: cluster_up first}")
+    script+=$(printf ' %q' "$@")
+    # --foreground: su keeps the terminal (srun may read stdin); on timeout
+    # su passes SIGTERM on to the command, -k 5 SIGKILLs su if it lingers.
+    timeout --foreground -k 5 "${AS_USER_TIMEOUT:-120}" su "$user" -s /bin/bash -c "$script"
+}
+
+ensure_test_users() {
+    local u
+    for u in unimps1 unimps2; do
+        id -u "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u" || return 1
+    done
+}
+
+# Resume NODE after a provoked prolog/epilog failure drained it; wait for idle.
+node_resume() {
+    local node=${1:?node_resume NODE}
+    scontrol update nodename="$node" state=resume || return 1
+    wait_nodes_idle "$node"
+}
+
+# Wait until JOBID has left the queue and its epilog has finished: the job is
+# unknown to slurmctld (purged) or in a final state, squeue no longer lists it
+# and no node of the cluster is COMPLETING. An unreachable slurmctld never
+# counts as "gone".
+wait_job_gone() {
+    local job=${1:?wait_job_gone JOBID [timeout]} limit=${2:-$(_ue2e_wait_s)} out state
+    local deadline=$((SECONDS + limit))
+    while :; do
+        state=unknown
+        if out=$(scontrol -o show job "$job" 2>&1); then
+            [[ $out =~ JobState=([A-Z_]+) ]] && state=${BASH_REMATCH[1]}
+        elif [[ $out == *"Invalid job id"* ]]; then
+            state=PURGED
+        fi
+        case $state in
+        PURGED | COMPLETED | CANCELLED | FAILED | TIMEOUT | NODE_FAIL | PREEMPTED | BOOT_FAIL | DEADLINE | OUT_OF_MEMORY)
+            if [[ -z $(squeue -h -j "$job" 2>/dev/null) &&
+                $(sinfo -h -N -o '%T' 2>/dev/null) != *completing* ]]; then
+                return 0
+            fi
+            ;;
+        esac
+        if ((SECONDS >= deadline)); then
+            _ue2e_err "job $job still present after ${limit}s (state $state: ${out:0:200})"
+            squeue -a 2>&1 | head -n 20 >&2
+            cluster_node_states >&2
+            cluster_log_tails "$CLUSTER_DIR"
+            return 1
+        fi
+        sleep 0.3
+    done
+}
+
+# Print the path of NODE's slurmd log (default n1).
+slurmd_log() {
+    printf '%s/log/slurmd-%s.log\n' "${CLUSTER_DIR:?no cluster}" "${1:-n1}"
+}
+
+slurmctld_log() {
+    printf '%s/log/slurmctld.log\n' "${CLUSTER_DIR:?no cluster}"
+}
