@@ -214,7 +214,7 @@ bool SystemDeviceAccess::denied(const std::string& device) {
 }
 
 TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& records, const TaskContext& task,
-                                         DeviceAccess& devices, ProcReader& proc) {
+                                         DeviceAccess& devices, ProcReader& proc, bool require_daemon) {
   if (records.empty()) {
     if (parse_gpu_index_list(task.job_gpus.value_or("")).empty()) {
       throw CudaMpsError(fmt::format("--unilab-mps needs GPUs, but job {} has none on node {}; request them with --gres=gpu:N or --gpus=N",
@@ -283,10 +283,24 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& record
                                      task.node));
     }
   }
+  std::vector<std::string> uuids;
+  for (int idx : task_gpus) {
+    auto it = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const auto& g) { return g.gres_index == idx; });
+    if (it == node_gpus.end()) throw CudaMpsError(fmt::format("GRES index {} is missing from job {}'s GPU table", idx, task.job_id));
+    uuids.push_back(it->uuid);
+  }
+  TaskEnvironment env;
+  env.gres_indices = task_gpus;
   std::set<int> want(task_gpus.begin(), task_gpus.end());
   const DaemonRecord* hit = nullptr;
   for (const auto& r : records) {
     if (std::set<int>(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end()) == want) hit = &r;
+  }
+  if (hit == nullptr && !require_daemon) {
+    env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")}};
+    env.note = fmt::format("no single daemon serves GPU(s) {}; the job's sruns bind each task to its daemon",
+                           describe_indices(task_gpus));
+    return env;
   }
   if (hit == nullptr) {
     const std::string& mode = records.front().slurm->mode;
@@ -304,14 +318,10 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& record
     throw CudaMpsError(fmt::format("the MPS daemon of job {} for GPU(s) {} (pid {}) is no longer running; see {}/control.log",
                                    task.job_id, describe_indices(task_gpus), hit->pid, hit->log_directory));
   }
-  TaskEnvironment env;
-  std::vector<std::string> uuids;
-  for (int idx : task_gpus) uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
   env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")},
              {"CUDA_MPS_PIPE_DIRECTORY", hit->pipe_directory},
              {"CUDA_MPS_LOG_DIRECTORY", hit->log_directory}};
   env.daemon_name = hit->name;
-  env.gres_indices = task_gpus;
   return env;
 }
 

@@ -94,8 +94,9 @@ struct TaskContext {
 
 struct TaskEnvironment {
   std::vector<std::pair<std::string, std::string>> set;  // CUDA_VISIBLE_DEVICES, CUDA_MPS_*
-  std::string daemon_name;
+  std::string daemon_name;                               // empty when no daemon was required and none fits
   std::vector<int> gres_indices;
+  std::string note;                                      // why no daemon, when daemon_name is empty
 };
 
 // Chooses the task's GPUs and the one daemon that serves exactly them, from
@@ -104,9 +105,11 @@ struct TaskEnvironment {
 // it holds local positions among the device files the task may open (in GRES
 // order), and SLURM_STEP_GPUS can be wrong per task (seen live), so the
 // device files decide. Throws CudaMpsError with the option or binding that
-// would fit.
+// would fit. With `require_daemon` false (the batch script, which holds every
+// GPU of the job and launches the real tasks with srun), a task that no
+// daemon serves exactly still gets UUID visibility and no pipe directory.
 TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& job_records, const TaskContext& task,
-                                         DeviceAccess& devices, ProcReader& proc);
+                                         DeviceAccess& devices, ProcReader& proc, bool require_daemon = true);
 
 // The job's records on this node (scoped by job id, node and uid).
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,

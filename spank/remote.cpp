@@ -1,6 +1,8 @@
 // task_init in slurmstepd, as the job user, before exec: rewrite the task's
 // CUDA_VISIBLE_DEVICES to UUIDs and point it at the job's daemon for its GPUs,
 // from the records alone (no nvidia-smi on the task path).
+#include <unistd.h>
+
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -50,14 +52,18 @@ int remote_task_init(spank_t sp, int, char**) {
     SystemDeviceAccess devices;
     SystemProcReader proc;
     TaskEnvironment env =
-        compute_task_environment(job_records(store, task.job_id, task.node, uid), task, devices, proc);
+        compute_task_environment(job_records(store, task.job_id, task.node, uid), task, devices, proc, !batch_step);
     for (const auto& [k, v] : env.set) {
       if (spank_setenv(sp, k.c_str(), v.c_str(), 1) != ESPANK_SUCCESS) {
         slurm_error("unilab-mps: cannot set %s for the task", k.c_str());
         return -1;
       }
     }
-    slurm_verbose("unilab-mps: job %u task bound to daemon %s", job_id, env.daemon_name.c_str());
+    if (env.daemon_name.empty()) {
+      slurm_verbose("unilab-mps: job %u batch script: %s", job_id, env.note.c_str());
+    } else {
+      slurm_verbose("unilab-mps: job %u task bound to daemon %s", job_id, env.daemon_name.c_str());
+    }
     return 0;
   } catch (const std::exception& e) {
     if (batch_step) {
@@ -65,7 +71,11 @@ int remote_task_init(spank_t sp, int, char**) {
       return 0;
     }
     slurm_error("unilab-mps: %s", e.what());
-    return -1;
+    // Slurm ignores a failing task_init of an `optional` plugin and would
+    // exec the task unbound (fail open). We run in the task's own process
+    // just before exec: end it the way slurmstepd ends a task whose
+    // `required` plugin failed (exec_task: error, then _exit(1)).
+    _exit(1);
   }
 }
 
