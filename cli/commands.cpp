@@ -294,6 +294,7 @@ int run_command(const ParsedArgs& a) {
   if (a.command == "stop") return cmd_stop(c, a);
   if (a.command == "env") return cmd_env(c, a);
   if (a.command == "visible-devices") return cmd_visible_devices(c, a);
+  if (a.command == "probe") return cmd_probe(a, c.json, c.tools.nvidia_smi, c.tools.mps_control);
   throw UsageError("unknown command '" + a.command + "'");
 }
 

@@ -15,6 +15,8 @@ inline constexpr int kExitStale = 3;      // a stale record was found and cleane
 inline constexpr int kExitNotReady = 4;   // doctor: a check failed
 
 int run_command(const ParsedArgs& args);
+// `probe` (cli/probe_command.cpp).
+int cmd_probe(const ParsedArgs& a, bool json, const std::string& nvidia_smi, const std::string& mps_control);
 std::string usage_text(const std::string& command);
 const std::map<std::string, CommandSpec>& command_specs();
 const CommandSpec& global_spec();

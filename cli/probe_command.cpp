@@ -1,0 +1,77 @@
+// `unilab-mps probe`: validate (mps) or record (none) one rank's CUDA
+// process-sharing state; optionally record it in a runtime manifest.
+#include <unistd.h>
+
+#include <charconv>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "common/probe.hpp"
+
+namespace unilab::mps::cli {
+namespace {
+
+std::string required(const ParsedArgs& a, const std::string& key) {
+  auto v = a.value(key);
+  if (!v || v->empty()) throw UsageError("probe needs " + key);
+  return *v;
+}
+
+int int_option(const ParsedArgs& a, const std::string& key, int def) {
+  auto v = a.value(key);
+  if (!v) return def;
+  int out = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (v->empty() || ec != std::errc() || p != v->data() + v->size()) throw UsageError(key + " needs an integer");
+  return out;
+}
+
+// Human output: one `key: value` per line, in the seed's field order.
+void print_human(const nlohmann::json& j) {
+  static const char* const kOrder[] = {
+      "configured",       "effective",          "validated",          "rank",           "world_size",
+      "learner_device",   "collector_device",   "learner_gpu_uuid",   "collector_gpu_uuid",
+      "pipe_directory_env", "pipe_directory",   "control_pipe",       "control_pipe_kind", "server_pid",
+      "ambient_server"};
+  for (const char* key : kOrder) {
+    const auto& v = j.at(key);
+    std::cout << key << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  }
+}
+
+}  // namespace
+
+int cmd_probe(const ParsedArgs& a, bool json, const std::string& nvidia_smi, const std::string& mps_control) {
+  std::string requested_text = required(a, "--requested");
+  std::optional<std::string> requested;
+  if (requested_text == "mps") {
+    requested = requested_text;
+  } else if (requested_text != "none") {
+    throw UsageError("--requested takes none or mps, not '" + requested_text + "'");
+  }
+  std::string learner = required(a, "--learner-device");
+  std::string backend = required(a, "--backend");
+  auto collector = a.value("--collector-device");
+  int rank = int_option(a, "--rank", 0);
+  int world_size = int_option(a, "--world-size", 1);
+
+  SystemRunner runner;
+  SystemProcReader proc;
+  VisibleDevicesResolver devices(runner, nvidia_smi);
+  ProbeHost host{.proc = proc, .mps_control = mps_control, .nvidia_smi = nvidia_smi};
+  // A failed explicit request throws CudaMpsError: main prints it, exit 1.
+  CudaProcessSharingEvidence ev =
+      probe_cuda_process_sharing(requested, learner, collector, backend, rank, world_size, devices, runner, host);
+  // Record first, so that output on stdout means the manifest holds it too.
+  if (auto manifest = a.value("--manifest")) update_manifest_file(*manifest, ev);
+  if (json) {
+    std::cout << ev.to_json().dump(2) << "\n";
+  } else {
+    print_human(ev.to_json());
+  }
+  return kExitOk;
+}
+
+}  // namespace unilab::mps::cli
