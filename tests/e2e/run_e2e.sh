@@ -224,8 +224,8 @@ scenario_scancel() {
   local out; out=$(u unimps1 sbatch --unilab-mps --gres=gpu:1 -o /dev/null --wrap "sleep 300" 2>&1)
   local job; job=$(job_of "$out")
   local i
-  for i in $(seq 1 100); do
-    ls "$STATE_DIR" 2>/dev/null | grep -q "^job$job\." && break
+  for i in $(seq 1 100); do  # the record says "starting" until the daemon answers
+    grep -qs '"state": "running"' "$STATE_DIR"/job"$job".*.json && break
     sleep 0.1
   done
   check "$tag: the job's daemon is recorded while it runs" bash -c "ls '$STATE_DIR' | grep -q '^job$job\.'"
