@@ -525,6 +525,13 @@ cluster_up() {
     [[ $nnodes == 1 || $nnodes == 2 ]] || { _ue2e_err "CLUSTER_NODES must be 1 or 2, not '$nnodes'"; return 1; }
     [[ $(id -u) == 0 ]] || { _ue2e_err "cluster_up needs root"; return 1; }
     mkdir -p "$_UE2E_REGISTRY" || return 1
+    if [[ ${CLUSTER_MODE:-plain} == cgroup ]]; then
+        # Every cgroup-mode slurmd on this machine uses the same v1 root
+        # (slurm_<node>): one such cluster at a time. The lock lives as long
+        # as this shell (fd 9), so waiting here serializes concurrent runs.
+        exec 9>/tmp/unilab-e2e-cgroup.lock
+        flock -w "${CLUSTER_CGROUP_LOCK_WAIT_S:-900}" 9 || { _ue2e_err "another cgroup-mode cluster holds /tmp/unilab-e2e-cgroup.lock"; return 1; }
+    fi
     _ue2e_reap_stale || return 1
     _ue2e_check_ports_free || return 1
     ensure_munged || return 1
@@ -561,6 +568,7 @@ cluster_down() {
     if [[ -f $reg ]] && read -r regdir _rest <"$reg" && [[ $regdir == "$dir" ]]; then
         rm -f "$reg"
     fi
+    if [[ ${CLUSTER_MODE:-plain} == cgroup ]]; then flock -u 9 2>/dev/null || true; fi
     if ((rc)); then
         _ue2e_err "some daemons of $dir did not stop; keeping the dir"
     elif [[ ${KEEP_CLUSTER_LOGS:-0} == 1 ]]; then
