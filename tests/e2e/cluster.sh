@@ -568,7 +568,7 @@ cluster_down() {
     if [[ -f $reg ]] && read -r regdir _rest <"$reg" && [[ $regdir == "$dir" ]]; then
         rm -f "$reg"
     fi
-    if [[ ${CLUSTER_MODE:-plain} == cgroup ]]; then flock -u 9 2>/dev/null || true; fi
+    if grep -qx 'CLUSTER_MODE=cgroup' "$dir/state/params" 2>/dev/null; then exec 9>&-; fi  # the cgroup lock
     if ((rc)); then
         _ue2e_err "some daemons of $dir did not stop; keeping the dir"
     elif [[ ${KEEP_CLUSTER_LOGS:-0} == 1 ]]; then
