@@ -103,8 +103,10 @@ Layout prepare_directories(const StartRequest& req) {
   bool need_base = !req.pipe_directory || !req.log_directory;
   if (need_base) {
     if (req.base_directory.empty()) throw CudaMpsError("no base directory for the daemon's pipe and log directories");
+    // The base is created by whoever runs us (root for Slurm: 0755 so tasks
+    // can traverse; a user: 0700), so only that identity may own its path.
     bool root = geteuid() == 0;
-    Fd base = ensure_trusted_dir(req.base_directory, req.uid, geteuid(), getegid(), root ? 0755 : 0700);
+    Fd base = ensure_trusted_dir(req.base_directory, geteuid(), geteuid(), getegid(), root ? 0755 : 0700);
     bool created = false;
     Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
     l.owned.push_back(req.base_directory + "/" + req.name);
