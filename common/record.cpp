@@ -219,4 +219,8 @@ void RecordStore::remove_file(const std::string& file) {
   fsync(dir.get());
 }
 
+std::vector<DaemonRecord> list_daemon_records(RecordStore& store, uid_t uid, const std::string& host) {
+  return store.list(uid, host).records;
+}
+
 }  // namespace unilab::mps

@@ -115,4 +115,8 @@ class RecordStore {
 
 std::string record_file_name(const std::string& name);
 
+// The seed's list_daemon_records: this uid's records on this host, read-only
+// (corrupt files are skipped here; RecordStore::list reports them).
+std::vector<DaemonRecord> list_daemon_records(RecordStore& store, uid_t uid, const std::string& host);
+
 }  // namespace unilab::mps
