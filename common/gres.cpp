@@ -142,9 +142,9 @@ int device_minor(const std::string& path) {
   return static_cast<int>(minor(st.st_rdev));
 }
 
-std::vector<NodeGpu> map_node_gpus(const GresConf& conf, const std::vector<GpuIdentity>& gpus,
-                                   int (*minor_of)(const std::string&)) {
-  std::vector<NodeGpu> out;
+std::vector<GresGpuMapping> map_node_gpu_entries(const GresConf& conf, const std::vector<GpuIdentity>& gpus,
+                                                 const std::function<int(const std::string&)>& minor_of) {
+  std::vector<GresGpuMapping> out;
   if (conf.gpu_files.empty()) {
     if (!conf.autodetect) {
       throw CudaMpsError("gres.conf lists no Name=gpu File= entry for this node and AutoDetect is off; "
@@ -154,24 +154,36 @@ std::vector<NodeGpu> map_node_gpus(const GresConf& conf, const std::vector<GpuId
     std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.pci_bus_id < b.pci_bus_id; });
     for (size_t i = 0; i < sorted.size(); ++i) {
       out.push_back({static_cast<int>(i), fmt::format("/dev/nvidia{}", sorted[i].minor_number), sorted[i].minor_number,
-                     sorted[i].uuid});
+                     sorted[i], ""});
     }
     return out;
   }
   for (size_t i = 0; i < conf.gpu_files.size(); ++i) {
-    const std::string& dev = conf.gpu_files[i];
-    int minor = minor_of(dev);
-    if (minor < 0) {
-      throw CudaMpsError(fmt::format("GRES gpu index {}: {} is not a character device; fix gres.conf File=", i, dev));
+    GresGpuMapping m;
+    m.gres_index = static_cast<int>(i);
+    m.device = conf.gpu_files[i];
+    m.minor = minor_of(m.device);
+    if (m.minor < 0) {
+      m.problem = fmt::format("GRES gpu index {}: {} is not a character device; fix gres.conf File=", i, m.device);
+    } else {
+      for (const auto& g : gpus) if (g.minor_number == m.minor) m.gpu = g;
+      if (!m.gpu) {
+        m.problem = fmt::format("GRES gpu index {} ({}, minor {}) matches no GPU that nvidia-smi reports; "
+                                "check gres.conf against `nvidia-smi --query-gpu=index,minor_number,uuid --format=csv`",
+                                i, m.device, m.minor);
+      }
     }
-    const GpuIdentity* hit = nullptr;
-    for (const auto& g : gpus) if (g.minor_number == minor) hit = &g;
-    if (hit == nullptr) {
-      throw CudaMpsError(fmt::format("GRES gpu index {} ({}, minor {}) matches no GPU that nvidia-smi reports; "
-                                     "check gres.conf against `nvidia-smi --query-gpu=index,minor_number,uuid --format=csv`",
-                                     i, dev, minor));
-    }
-    out.push_back({static_cast<int>(i), dev, minor, hit->uuid});
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<NodeGpu> map_node_gpus(const GresConf& conf, const std::vector<GpuIdentity>& gpus,
+                                   int (*minor_of)(const std::string&)) {
+  std::vector<NodeGpu> out;
+  for (auto& m : map_node_gpu_entries(conf, gpus, minor_of)) {
+    if (!m.problem.empty()) throw CudaMpsError(m.problem);
+    out.push_back({m.gres_index, m.device, m.minor, m.gpu->uuid});
   }
   return out;
 }

@@ -5,6 +5,7 @@
 // nvidia-smi minor_number -> UUID.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +32,21 @@ GresConf parse_gres_conf(std::string_view text, const std::string& node);
 
 // Reads a device file's minor number (stat st_rdev); -1 when not a char device.
 int device_minor(const std::string& path);
+
+// One GPU of the node's gres.conf and the nvidia-smi GPU it maps to.
+struct GresGpuMapping {
+  int gres_index = -1;
+  std::string device;              // File= entry (AutoDetect: /dev/nvidia<minor>)
+  int minor = -1;                  // -1: not a character device
+  std::optional<GpuIdentity> gpu;  // the nvidia-smi GPU whose minor_number matches
+  std::string problem;             // why it maps to no GPU; empty when mapped
+};
+
+// Every entry of the node's GPU table in GRES order, mapped or not, so that a
+// diagnosis (`unilab-mps doctor --node`) can show all of them. Throws
+// CudaMpsError only when gres.conf names no GPU for the node and AutoDetect is off.
+std::vector<GresGpuMapping> map_node_gpu_entries(const GresConf& conf, const std::vector<GpuIdentity>& gpus,
+                                                 const std::function<int(const std::string&)>& minor_of);
 
 // Builds the node's GPU table in GRES order. With File= entries: each
 // entry's minor must match exactly one nvidia-smi GPU's minor_number. With
