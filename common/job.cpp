@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <map>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -43,6 +45,136 @@ std::string describe_indices(const std::vector<int>& v) {
   std::vector<std::string> s;
   for (int i : v) s.push_back(std::to_string(i));
   return join(s, ",");
+}
+
+// Records named for a job on a node, split into the ones every field of
+// which agrees (trusted) and the rest (corrupt, other schema, or naming
+// another job, host or uid): those are never acted on.
+struct JobRecordScan {
+  std::vector<DaemonRecord> trusted;
+  std::vector<RecordProblem> untrusted;
+};
+
+std::string disagreement(const DaemonRecord& r, const std::string& job_id, const std::string& node, std::optional<uid_t> uid) {
+  if (r.job_id != job_id || !r.slurm || r.slurm->job_id != job_id) return fmt::format("it does not name job {}", job_id);
+  if (r.host != node || r.slurm->node != node) return fmt::format("it names host '{}', not node {}", r.host, node);
+  if (uid && r.uid != *uid) return fmt::format("it names uid {}, not the job's uid {}", r.uid, *uid);
+  return {};
+}
+
+JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, const std::string& node, std::optional<uid_t> uid) {
+  JobRecordScan out;
+  RecordListing listing = store.list(std::nullopt, std::nullopt);
+  for (auto& r : listing.records) {
+    if (!is_job_daemon_name(r.name, job_id, node)) continue;
+    std::string why = disagreement(r, job_id, node, uid);
+    if (why.empty()) {
+      out.trusted.push_back(std::move(r));
+    } else {
+      out.untrusted.push_back({record_file_name(r.name), why});
+    }
+  }
+  for (auto& p : listing.problems) {
+    const std::string ext = record_file_name("");
+    if (p.file.ends_with(ext) && is_job_daemon_name(p.file.substr(0, p.file.size() - ext.size()), job_id, node)) {
+      out.untrusted.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+// What the prolog would have recorded for run-dir entry `name`, from the
+// configuration and the job's own (Slurm-given) identity only, as a
+// "starting" record: stop_daemon then finds the daemon through its pid file,
+// verified by /proc (uid and pipe directory), never through a stored pid.
+DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const std::string& name) {
+  DaemonRecord r;
+  r.name = name;
+  r.uid = job.uid;
+  r.gid = job.gid;
+  r.host = job.node;
+  r.topology_mode = kSingleGpu;
+  r.pipe_directory = cfg.run_dir + "/" + name + "/pipe";
+  r.log_directory = cfg.run_dir + "/" + name + "/log";
+  r.state = "starting";
+  r.job_id = job.job_id;
+  r.owned_directories = {cfg.run_dir + "/" + name};
+  return r;
+}
+
+// Stops and removes everything job `job` left on this node (see run_job_epilog).
+void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out) {
+  RecordStore store = slurm_record_store(cfg);
+  JobRecordScan scan;
+  try {
+    scan = scan_job_records(store, job.job_id, job.node, job.uid);
+  } catch (const CudaMpsError& e) {
+    // An untrustworthy state dir must not be acted on, and is the admin's to fix.
+    out.errors.push_back(e.what());
+    return;
+  }
+  std::set<std::string> covered;
+  for (const auto& r : scan.trusted) {
+    covered.insert(r.name);
+    try {
+      StopReport rep = stop_daemon(s, cfg.tools, store, r, cfg.stop_timeout);
+      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("daemon {}: {}", r.name, rep.detail));
+      out.stopped.push_back(std::move(rep));
+    } catch (const StaleCudaMpsDaemonError& e) {
+      out.warnings.push_back(e.what());
+      out.stopped.push_back({r.name, r.pid, "stale", e.what()});
+    } catch (const CudaMpsError& e) {
+      out.errors.push_back(e.what());
+    }
+  }
+  std::map<std::string, std::string> untrusted;  // daemon name -> reason
+  const std::string ext = record_file_name("");
+  for (const auto& p : scan.untrusted) untrusted[p.file.substr(0, p.file.size() - ext.size())] = p.reason;
+
+  std::vector<std::string> entries;
+  if (access(cfg.run_dir.c_str(), F_OK) == 0) {
+    try {
+      Fd dir = open_trusted_dir(cfg.run_dir, geteuid());
+      entries = list_dir(dir.get());
+    } catch (const CudaMpsError& e) {
+      out.errors.push_back(fmt::format("cannot look for leftovers of job {} in {}: {}", job.job_id, cfg.run_dir, e.what()));
+    }
+  }
+  for (const auto& name : entries) {
+    if (covered.count(name) || !is_job_daemon_name(name, job.job_id, job.node)) continue;
+    auto why = untrusted.find(name);
+    std::string record_note = why == untrusted.end() ? "no record"
+                                                     : fmt::format("record {}/{}{} not trusted: {}", store.root(), name, ext, why->second);
+    try {
+      StopReport rep = stop_daemon(s, cfg.tools, store, orphan_record(cfg, job, name), cfg.stop_timeout);
+      if (rep.outcome == "not-started") {
+        out.warnings.push_back(fmt::format("{}/{} of job {} ({}): no daemon runs there; directory{} removed", cfg.run_dir, name,
+                                           job.job_id, record_note, why == untrusted.end() ? "" : " and record"));
+      } else {
+        out.warnings.push_back(fmt::format("{}/{} of job {} ({}): its daemon pid {} (found through its pid file, verified "
+                                           "uid {} and pipe directory in /proc) stopped: {}; directory{} removed",
+                                           cfg.run_dir, name, job.job_id, record_note, rep.pid, job.uid, rep.outcome,
+                                           why == untrusted.end() ? "" : " and record"));
+      }
+      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("{}: {}", name, rep.detail));
+      out.stopped.push_back(std::move(rep));
+    } catch (const StaleCudaMpsDaemonError& e) {
+      out.warnings.push_back(e.what());
+    } catch (const CudaMpsError& e) {
+      out.errors.push_back(e.what());
+    }
+    if (why != untrusted.end()) untrusted.erase(why);
+  }
+  // Untrusted records without a run-dir entry: nothing of theirs can run.
+  for (const auto& [name, reason] : untrusted) {
+    try {
+      store.remove_file(record_file_name(name));
+      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): never used to signal anything; removed", store.root(),
+                                         name, ext, reason));
+    } catch (const CudaMpsError& e) {
+      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): {}", store.root(), name, ext, reason, e.what()));
+    }
+  }
 }
 
 }  // namespace
@@ -102,20 +234,22 @@ std::string job_daemon_name(const std::string& job_id, const std::string& node, 
   return name;
 }
 
+bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node) {
+  const std::string prefix = fmt::format("job{}.{}.", job_id, node);
+  if (!name.starts_with(prefix)) return false;
+  std::string_view suffix = std::string_view(name).substr(prefix.size());
+  if (suffix == "multi") return true;
+  if (!suffix.starts_with("gpu") || suffix.size() == 3) return false;
+  return std::all_of(suffix.begin() + 3, suffix.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
                                       std::optional<uid_t> uid, std::vector<std::string>* problems) {
-  auto listing = store.list(uid, node);
-  std::vector<DaemonRecord> out;
-  for (auto& r : listing.records) {
-    if (r.job_id == job_id && r.slurm) out.push_back(std::move(r));
-  }
+  JobRecordScan scan = scan_job_records(store, job_id, node, uid);
   if (problems != nullptr) {
-    const std::string prefix = fmt::format("job{}.{}.", job_id, node);
-    for (const auto& p : listing.problems) {
-      if (p.file.starts_with(prefix)) problems->push_back(fmt::format("record {}/{} ignored: {}", store.root(), p.file, p.reason));
-    }
+    for (const auto& p : scan.untrusted) problems->push_back(fmt::format("record {}/{} ignored: {}", store.root(), p.file, p.reason));
   }
-  return out;
+  return std::move(scan.trusted);
 }
 
 PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req) {
@@ -137,12 +271,12 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
   }
   RecordStore store = slurm_record_store(cfg);
   // A requeued job keeps its id: clear what an interrupted earlier run left.
-  for (const auto& old : job_records(store, job.job_id, job.node, std::nullopt)) {
-    try {
-      stop_daemon(s, cfg.tools, store, old, cfg.stop_timeout);
-    } catch (const StaleCudaMpsDaemonError&) {
-    }
+  EpilogOutcome earlier;
+  clean_job_node(s, cfg, job, earlier);
+  if (!earlier.ok()) {
+    throw CudaMpsError(fmt::format("cannot clear what an earlier run of job {} left: {}", job.job_id, join(earlier.errors, "; ")));
   }
+  out.warnings = std::move(earlier.warnings);
   std::vector<std::vector<int>> groups;
   if (req.mode == "multi") {
     groups.push_back(job_gpus);
@@ -179,27 +313,7 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
 
 EpilogOutcome run_job_epilog(Services& s, const PluginConfig& cfg, const JobContext& job) {
   EpilogOutcome out;
-  RecordStore store = slurm_record_store(cfg);
-  std::vector<DaemonRecord> records;
-  try {
-    records = job_records(store, job.job_id, job.node, std::nullopt, &out.warnings);
-  } catch (const CudaMpsError& e) {
-    // An untrustworthy state dir must not be acted on, and is the admin's to fix.
-    out.errors.push_back(e.what());
-    return out;
-  }
-  for (const auto& r : records) {
-    try {
-      StopReport rep = stop_daemon(s, cfg.tools, store, r, cfg.stop_timeout);
-      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("daemon {}: {}", r.name, rep.detail));
-      out.stopped.push_back(std::move(rep));
-    } catch (const StaleCudaMpsDaemonError& e) {
-      out.warnings.push_back(e.what());
-      out.stopped.push_back({r.name, r.pid, "stale", e.what()});
-    } catch (const CudaMpsError& e) {
-      out.errors.push_back(e.what());
-    }
-  }
+  clean_job_node(s, cfg, job, out);
   return out;
 }
 
@@ -216,13 +330,17 @@ bool SystemDeviceAccess::denied(const std::string& device) {
 TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& records, const TaskContext& task,
                                          DeviceAccess& devices, ProcReader& proc, bool require_daemon) {
   if (records.empty()) {
-    if (parse_gpu_index_list(task.job_gpus.value_or("")).empty()) {
+    // Tasks of an srun-created allocation have SLURM_STEP_GPUS but no
+    // SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES proves nothing (the user's
+    // environment can carry one).
+    if (parse_gpu_index_list(task.job_gpus.value_or("")).empty() && parse_gpu_index_list(task.step_gpus.value_or("")).empty()) {
       throw CudaMpsError(fmt::format("--unilab-mps needs GPUs, but job {} has none on node {}; request them with --gres=gpu:N or --gpus=N",
                                      task.job_id, task.node));
     }
-    throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}; give --unilab-mps to sbatch/salloc (the "
-                                   "allocation), not only to srun, and check the slurmd log",
-                                   task.job_id, task.node));
+    throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}: the job prolog failed there (the slurmd log "
+                                   "says why after 'unilab-mps: job {} prolog failed'), or --unilab-mps was given only to srun; "
+                                   "give it to sbatch/salloc (the allocation)",
+                                   task.job_id, task.node, task.job_id));
   }
   const std::vector<NodeGpu>& node_gpus = records.front().slurm->node_gpus;
   std::set<int> job_set;

@@ -51,24 +51,41 @@ RecordStore slurm_record_store(const PluginConfig& cfg);
 
 // Record names: job<ID>.<node>.gpu<GRES index> (auto) or job<ID>.<node>.multi.
 std::string job_daemon_name(const std::string& job_id, const std::string& node, const std::string& suffix);
+// Whether `name` is one of those names for job `job_id` on `node` (exactly:
+// node "n1" never matches a daemon of node "n1.x").
+bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node);
 
 struct PrologOutcome {
   std::vector<DaemonRecord> started;
-  std::string note;  // e.g. "job has no GPU on this node: nothing started"
+  std::string note;                   // e.g. "job has no GPU on this node: nothing started"
+  std::vector<std::string> warnings;  // what an earlier run of a requeued job left, cleaned first
 };
 // Starts the job's daemons on this node as the job user: one nvidia-smi call,
-// one daemon per job GPU (auto) or one for all (multi). Any failure stops
-// what was started, removes dirs/records, and throws CudaMpsError.
+// one daemon per job GPU (auto) or one for all (multi). What an earlier run
+// of the same (requeued) job left is cleaned first, as the epilog would. Any
+// failure stops what was started, removes dirs/records, and throws CudaMpsError.
 PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req);
 
 struct EpilogOutcome {
   std::vector<StopReport> stopped;
-  std::vector<std::string> warnings;  // stale or corrupt records, leftover dirs: logged, not fatal
+  std::vector<std::string> warnings;  // stale or untrusted records, orphans, leftover dirs: logged, not fatal
   std::vector<std::string> errors;    // a daemon that survived SIGKILL: the node should drain
   bool ok() const { return errors.empty(); }
 };
-// Stops every daemon recorded for this job on this node, whether or not the
-// option is visible; idempotent; nothing to do where no prolog ran.
+// Stops every daemon of this job on this node, whether or not the option is
+// visible; idempotent; nothing to do where no prolog ran. Two sources, one
+// proof each:
+//  - trusted records (name, job id, node and the job's uid all agree):
+//    stop_daemon, identity-checked;
+//  - run-dir entries named for the job that no trusted record covers (the
+//    record is corrupt, of another schema, names another uid or host, or was
+//    never written): the daemon is found from the pid file in the entry's
+//    pipe directory and accepted only when /proc shows it runs as the job's
+//    uid with exactly that CUDA_MPS_PIPE_DIRECTORY (the proof a "starting"
+//    record uses); then it is stopped the same way.
+// An untrusted record file is never used to signal anything; it is reported
+// (reason in the warning) and removed with the job's run-dir entry, since
+// nothing else would ever clean it.
 EpilogOutcome run_job_epilog(Services& s, const PluginConfig& cfg, const JobContext& job);
 
 // Whether the task may open a device file (cgroup device constraint denies
@@ -111,7 +128,10 @@ struct TaskEnvironment {
 TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& job_records, const TaskContext& task,
                                          DeviceAccess& devices, ProcReader& proc, bool require_daemon = true);
 
-// The job's records on this node (scoped by job id, node and uid).
+// The job's trusted records on this node: named for the job and node, and
+// job id, node (host) and - when given - uid all agree. Records named for the
+// job that are corrupt or disagree are never returned; `problems` gets one
+// line for each.
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
                                       std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr);
 

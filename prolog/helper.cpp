@@ -65,6 +65,7 @@ int run_prolog(const std::vector<std::string>& argv) {
     JobContext job = job_context_from_env(env);
     Services s = system_services();
     PrologOutcome out = run_job_prolog(s, cfg, job, *req);
+    for (const auto& w : out.warnings) log(who, w);
     if (!out.note.empty()) log(who, out.note);
     for (const auto& r : out.started) {
       log(who, "job " + job.job_id + ": started MPS daemon " + r.name + " (pid " + std::to_string(r.pid) + ") on " +

@@ -47,6 +47,7 @@ int job_script_prolog(int argc, char** argv) {
     SystemClock clock;
     Services s{runner, proc, signaller, clock};
     PrologOutcome out = run_job_prolog(s, cfg, job, *req);
+    for (const auto& w : out.warnings) slurm_info("unilab-mps: job %s prolog: %s", job.job_id.c_str(), w.c_str());
     if (!out.note.empty()) slurm_info("unilab-mps: %s", out.note.c_str());
     for (const auto& r : out.started) {
       slurm_info("unilab-mps: job %s: started MPS daemon %s (pid %d, uid %u) on %s", job.job_id.c_str(), r.name.c_str(),
