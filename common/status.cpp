@@ -124,6 +124,17 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
   }
   for (const auto& r : listing.records) {
     bool live = daemon_process_is_live(r, s.proc);
+    if (r.state == "starting") {
+      // Its starter stopped between launch and the final record: the daemon
+      // it may have launched is found the way stop_daemon finds it.
+      if (auto orphan = recover_starting_identity(r, s.proc)) {
+        add("daemon " + r.name, "warn",
+            fmt::format("orphan: pid {} runs (found through {}/{}, verified uid {} and pipe directory) but its start was "
+                        "never completed; `unilab-mps stop {}` stops it",
+                        orphan->pid, r.pipe_directory, kPidFileName, r.uid, r.name));
+        continue;
+      }
+    }
     if (!live) {
       add("daemon " + r.name, "warn",
           fmt::format("recorded pid {} is not running (stale{}); `unilab-mps stop {}` cleans it", r.pid,
