@@ -111,6 +111,12 @@ int cmd_status(Context& c, const ParsedArgs& a) {
     fmt::print("  {:<24} pid {:<8} {:<10} {:<22} {}{}\n", r.name, r.pid, h.daemon_states[i]["liveness"].get<std::string>(),
                r.topology_mode, short_list(r.gpu_uuids), r.job_id ? " job " + *r.job_id : "");
     fmt::print("  {:<24} pipe {}\n", "", r.pipe_directory);
+    if (r.limits.active_thread_percentage || r.limits.pinned_mem_limit) {
+      std::vector<std::string> l;
+      if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
+      if (r.limits.pinned_mem_limit) l.push_back(fmt::format("pinned memory {} per GPU", *r.limits.pinned_mem_limit));
+      fmt::print("  {:<24} limits {}\n", "", join(l, ", "));
+    }
   }
   for (const auto& p : h.record_problems) fmt::print("  ignored record {}: {}\n", p.file, p.reason);
   fmt::print("control pipes:\n");
@@ -289,6 +295,9 @@ int cmd_visible_devices(Context& c, const ParsedArgs& a) {
 int run_command(const ParsedArgs& a) {
   Context c(a);
   if (a.command == "status") return cmd_status(c, a);
+  if (a.command == "doctor" && (a.has("--node") || a.value("--node-name") || a.value("--slurm-conf"))) {
+    return cmd_node_doctor(a, c.json);
+  }
   if (a.command == "doctor") return cmd_doctor(c, a);
   if (a.command == "start") return cmd_start(c, a);
   if (a.command == "stop") return cmd_stop(c, a);

@@ -17,7 +17,11 @@ inline constexpr int kExitNotReady = 4;   // doctor: a check failed
 int run_command(const ParsedArgs& args);
 // `probe` (cli/probe_command.cpp).
 int cmd_probe(const ParsedArgs& a, bool json, const std::string& nvidia_smi, const std::string& mps_control);
+// `doctor --node` (cli/node_doctor_command.cpp).
+int cmd_node_doctor(const ParsedArgs& a, bool json);
 std::string usage_text(const std::string& command);
+// The man page (roff), from the same table as usage_text.
+std::string man_page();
 const std::map<std::string, CommandSpec>& command_specs();
 const CommandSpec& global_spec();
 
