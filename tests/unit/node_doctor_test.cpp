@@ -1,0 +1,427 @@
+#include "common/node_doctor.hpp"
+
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include "common/errors.hpp"
+#include "tests/unit/doubles.hpp"
+
+namespace unilab::mps {
+namespace {
+
+// The machine as a set of maps; anything not put there does not exist.
+class FakeNodeProbe final : public NodeProbe {
+ public:
+  std::optional<std::string> read_file(const std::string& path) override {
+    auto it = files.find(path);
+    return it == files.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  FileFacts stat(const std::string& path) override {
+    if (auto it = facts.find(path); it != facts.end()) return it->second;
+    if (files.count(path)) return file(0, 0644);
+    return {};
+  }
+  std::vector<std::string> glob(const std::string& pattern) override {
+    auto it = globs.find(pattern);
+    return it == globs.end() ? std::vector<std::string>{} : it->second;
+  }
+  bool executable(const std::string& path) override { return executables.count(path) != 0; }
+  int device_minor(const std::string& path) override {
+    auto it = minors.find(path);
+    return it == minors.end() ? -1 : it->second;
+  }
+  std::optional<std::string> process_name(pid_t pid) override {
+    auto it = procs.find(pid);
+    return it == procs.end() ? std::nullopt : std::optional<std::string>(it->second.first);
+  }
+  std::optional<double> process_start_time(pid_t pid) override {
+    auto it = procs.find(pid);
+    return it == procs.end() ? std::nullopt : std::optional<double>(it->second.second);
+  }
+  SocketState probe_socket(const std::string& path) override {
+    auto it = sockets.find(path);
+    return it == sockets.end() ? SocketState::kMissing : it->second;
+  }
+  std::string hostname() override { return host; }
+
+  static FileFacts dir(uid_t uid, mode_t mode) {
+    FileFacts f;
+    f.exists = f.is_dir = true;
+    f.uid = uid;
+    f.mode = mode;
+    return f;
+  }
+  static FileFacts file(uid_t uid, mode_t mode, double mtime = 900) {
+    FileFacts f;
+    f.exists = f.is_regular = true;
+    f.uid = uid;
+    f.mode = mode;
+    f.mtime = mtime;
+    return f;
+  }
+
+  std::map<std::string, std::string> files;
+  std::map<std::string, FileFacts> facts;
+  std::map<std::string, std::vector<std::string>> globs;
+  std::set<std::string> executables;
+  std::map<std::string, int> minors;
+  std::map<pid_t, std::pair<std::string, double>> procs;
+  std::map<std::string, SocketState> sockets;
+  std::string host = "host2";
+};
+
+const char* kPlugstackD = "/etc/slurm/plugstack.conf.d/unilab-mps.conf";
+const char* kArgs = "state_dir=/run/unilab-mps run_dir=/run/unilab-mps/run nvidia_smi=/opt/nv/nvidia-smi "
+                    "mps_control=/opt/nv/nvidia-cuda-mps-control";
+
+// A node that is ready: Debian layout, the plugin named relatively through an
+// include of plugstack.conf.d, two nodes in slurm.conf of which this host is
+// the second, four GPUs whose GRES order, minors and nvidia-smi indices all differ.
+class NodeDoctorTest : public ::testing::Test {
+ protected:
+  FakeNodeProbe probe;
+  test::RecordingRunner runner;
+  NodeDoctorOptions opt;
+
+  void SetUp() override {
+    opt.slurm_conf = "/etc/slurm/slurm.conf";
+    opt.default_plugin_dir = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
+    probe.files[opt.slurm_conf] =
+        "# cluster\nClusterName=c\nSlurmdPidFile=/run/slurmd-%n.pid\nGresTypes=gpu\n"
+        "NodeName=gpu[01-02] NodeHostname=host[1-2] Gres=gpu:4 CPUs=8\n"
+        "PartitionName=p Nodes=ALL Default=YES\n";
+    probe.files["/etc/slurm/plugstack.conf"] = "include /etc/slurm/plugstack.conf.d/*.conf\n";
+    probe.globs["/etc/slurm/plugstack.conf.d/*.conf"] = {kPlugstackD};
+    set_plugin_line(std::string("optional unilab_mps.so ") + kArgs + "  # per-job MPS\n");
+    probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(0, 0644, 800);
+    probe.files["/run/slurmd-gpu02.pid"] = "4242\n";
+    probe.procs[4242] = {"slurmd", 1000.0};
+    probe.facts["/"] = FakeNodeProbe::dir(0, 0755);
+    probe.facts["/run"] = FakeNodeProbe::dir(0, 0755);
+    probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0755);
+    probe.executables = {"/opt/nv/nvidia-smi", "/opt/nv/nvidia-cuda-mps-control"};
+    probe.files["/etc/slurm/gres.conf"] = "AutoDetect=off\nNodeName=gpu02 Name=gpu File=/dev/nvidia[2,0,3,1]\n";
+    probe.minors = {{"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}, {"/dev/nvidia2", 2}, {"/dev/nvidia3", 3}};
+    runner.handler = [](const Command& c) {
+      if (c.argv[0] == "/opt/nv/nvidia-smi") return test::exited(0, test::smi_csv(test::four_gpus()));
+      return test::exec_failed(c.argv[0]);
+    };
+  }
+
+  void set_plugin_line(const std::string& line) { probe.files[kPlugstackD] = line; }
+
+  NodeDoctorReport run() { return node_doctor(probe, runner, opt); }
+
+  static const DoctorCheck& check(const NodeDoctorReport& rep, const std::string& name) {
+    for (const auto& c : rep.checks) if (c.name == name) return c;
+    static const DoctorCheck missing{"<missing>", "<missing>", ""};
+    ADD_FAILURE() << "no check named " << name;
+    return missing;
+  }
+};
+
+TEST_F(NodeDoctorTest, ReadyNodeMapsEveryGpuAndPassesEveryCheck) {
+  NodeDoctorReport rep = run();
+  EXPECT_TRUE(rep.ok()) << rep.to_text();
+  for (const auto& c : rep.checks) EXPECT_EQ(c.status, "ok") << c.name << ": " << c.detail;
+  EXPECT_EQ(rep.node, "gpu02");
+  EXPECT_NE(check(rep, "plugin-listed").detail.find(std::string(kPlugstackD) + ":1: optional unilab_mps.so"), std::string::npos);
+  EXPECT_NE(check(rep, "plugstack").detail.find("include /etc/slurm/plugstack.conf.d/*.conf (1 file)"), std::string::npos);
+  EXPECT_NE(check(rep, "plugin-file").detail.find("/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"), std::string::npos);
+  EXPECT_NE(check(rep, "slurmd").detail.find("pid 4242"), std::string::npos);
+  EXPECT_NE(check(rep, "run-dir").detail.find("does not exist yet"), std::string::npos);
+  // GRES index -> device -> minor -> nvidia-smi index -> UUID (four_gpus: smi 0 has minor 2, 1 has 0, 2 has 3, 3 has 1).
+  ASSERT_EQ(rep.gpus.size(), 4u);
+  const std::vector<std::tuple<std::string, int, int, std::string>> want = {
+      {"/dev/nvidia2", 2, 0, test::kUuid0}, {"/dev/nvidia0", 0, 1, test::kUuid1},
+      {"/dev/nvidia3", 3, 2, test::kUuid2}, {"/dev/nvidia1", 1, 3, test::kUuid3}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rep.gpus[i].gres_index, static_cast<int>(i));
+    EXPECT_EQ(rep.gpus[i].device, std::get<0>(want[i]));
+    EXPECT_EQ(rep.gpus[i].minor, std::get<1>(want[i]));
+    EXPECT_EQ(rep.gpus[i].nvidia_smi_index, std::get<2>(want[i]));
+    EXPECT_EQ(rep.gpus[i].uuid, std::get<3>(want[i]));
+    EXPECT_TRUE(rep.gpus[i].problem.empty());
+  }
+  // nvidia-smi is the one the plugin arguments name, run once.
+  EXPECT_EQ(runner.count_program("/opt/nv/nvidia-smi"), 1u);
+  std::string text = rep.to_text();
+  EXPECT_NE(text.find("GRES"), std::string::npos);
+  EXPECT_NE(text.find(test::kUuid3), std::string::npos);
+  EXPECT_NE(text.find("\nready\n"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, JsonCarriesChecksAndTheGpuTable) {
+  nlohmann::json j = run().to_json();
+  EXPECT_EQ(j["ok"], true);
+  EXPECT_EQ(j["node"], "gpu02");
+  EXPECT_EQ(j["slurm_conf"], "/etc/slurm/slurm.conf");
+  ASSERT_EQ(j["gpus"].size(), 4u);
+  EXPECT_EQ(j["gpus"][0]["gres_index"], 0);
+  EXPECT_EQ(j["gpus"][0]["minor"], 2);
+  EXPECT_EQ(j["gpus"][0]["nvidia_smi_index"], 0);
+  EXPECT_EQ(j["gpus"][0]["uuid"], test::kUuid0);
+  EXPECT_TRUE(j["gpus"][0]["problem"].is_null());
+  ASSERT_TRUE(j["checks"].is_array());
+  EXPECT_EQ(j["checks"][0]["name"], "slurm.conf");
+}
+
+TEST_F(NodeDoctorTest, PluginNotListedFails) {
+  set_plugin_line("# optional unilab_mps.so\noptional /usr/lib/x86_64-linux-gnu/slurm-wlm/other.so\n");
+  NodeDoctorReport rep = run();
+  EXPECT_FALSE(rep.ok());
+  EXPECT_EQ(check(rep, "plugin-listed").status, "fail");
+  EXPECT_NE(check(rep, "plugin-listed").detail.find("no `optional .../unilab_mps.so` line"), std::string::npos);
+  EXPECT_NE(rep.to_text().find("not ready"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, PluginListedTwiceFails) {
+  probe.files["/etc/slurm/plugstack.conf"] =
+      "optional /usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so\ninclude plugstack.conf.d/*.conf\n";
+  probe.globs["/etc/slurm/plugstack.conf.d/*.conf"] = {kPlugstackD};
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "plugin-listed").status, "fail");
+  EXPECT_NE(check(rep, "plugin-listed").detail.find("listed 2 times"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, RelativePluginNotInPluginDirFails) {
+  probe.files[opt.slurm_conf] += "PluginDir=/opt/slurm/lib:/opt/slurm/lib64\n";
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "plugin-file").status, "fail");
+  EXPECT_NE(check(rep, "plugin-file").detail.find("/opt/slurm/lib:/opt/slurm/lib64"), std::string::npos);
+  probe.facts["/opt/slurm/lib64/unilab_mps.so"] = FakeNodeProbe::file(0, 0755, 800);
+  EXPECT_EQ(check(run(), "plugin-file").status, "ok");
+}
+
+TEST_F(NodeDoctorTest, PluginFileWritableByOthersOrMissingFails) {
+  probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(1000, 0644, 800);
+  EXPECT_NE(check(run(), "plugin-file").detail.find("owned by uid 1000"), std::string::npos);
+  probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(0, 0666, 800);
+  EXPECT_EQ(check(run(), "plugin-file").status, "fail");
+  set_plugin_line("optional /nowhere/unilab_mps.so\n");
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "plugin-file").status, "fail");
+  EXPECT_NE(check(rep, "plugin-file").detail.find("/nowhere/unilab_mps.so does not exist"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, BadPluginArgumentsFail) {
+  set_plugin_line("optional unilab_mps.so state_dir=relative\n");
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "plugin-args").status, "fail");
+  EXPECT_NE(check(rep, "plugin-args").detail.find("state_dir=relative"), std::string::npos);
+  set_plugin_line("optional unilab_mps.so colour=blue\n");
+  EXPECT_NE(check(run(), "plugin-args").detail.find("unknown plugin argument 'colour'"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, SlurmdStartedBeforeTheLastChangeMustBeRestarted) {
+  probe.facts[kPlugstackD] = FakeNodeProbe::file(0, 0644, 1100);
+  NodeDoctorReport rep = run();
+  EXPECT_FALSE(rep.ok());
+  EXPECT_EQ(check(rep, "slurmd").status, "fail");
+  EXPECT_NE(check(rep, "slurmd").detail.find("restart slurmd"), std::string::npos);
+  EXPECT_NE(check(rep, "slurmd").detail.find(kPlugstackD), std::string::npos);
+  // A newer plugin file counts the same; a change within the clock-tick slack does not.
+  probe.facts[kPlugstackD] = FakeNodeProbe::file(0, 0644, 1000.05);
+  EXPECT_EQ(check(run(), "slurmd").status, "ok");
+  probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(0, 0644, 2000);
+  EXPECT_NE(check(run(), "slurmd").detail.find("unilab_mps.so"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, SlurmdNotRunningFails) {
+  probe.procs.clear();
+  EXPECT_NE(check(run(), "slurmd").detail.find("pid 4242 (gone)"), std::string::npos);
+  probe.procs[4242] = {"bash", 1000.0};  // the pid was reused
+  EXPECT_EQ(check(run(), "slurmd").status, "fail");
+  probe.procs[4242] = {"slurmstepd", 1000.0};
+  EXPECT_EQ(check(run(), "slurmd").status, "fail");
+  probe.files.erase("/run/slurmd-gpu02.pid");
+  EXPECT_NE(check(run(), "slurmd").detail.find("no pid file /run/slurmd-gpu02.pid"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, UnsafeStateOrRunDirFails) {
+  probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(1000, 0755);
+  EXPECT_NE(check(run(), "state-dir").detail.find("owned by uid 1000"), std::string::npos);
+  probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0775);
+  EXPECT_NE(check(run(), "state-dir").detail.find("writable by group/other"), std::string::npos);
+  probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0700);
+  EXPECT_NE(check(run(), "state-dir").detail.find("must traverse it"), std::string::npos);
+  probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0755);
+  probe.facts["/run/unilab-mps"].is_symlink = true;
+  EXPECT_NE(check(run(), "state-dir").detail.find("symlink"), std::string::npos);
+  // A root-owned sticky ancestor (/tmp) is fine; the run dir under it too.
+  set_plugin_line("optional unilab_mps.so state_dir=/tmp/s run_dir=/tmp/r nvidia_smi=/opt/nv/nvidia-smi "
+                  "mps_control=/opt/nv/nvidia-cuda-mps-control\n");
+  probe.facts["/tmp"] = FakeNodeProbe::dir(0, 01777);
+  probe.facts["/tmp/s"] = FakeNodeProbe::dir(0, 0755);
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "state-dir").status, "ok");
+  EXPECT_EQ(check(rep, "run-dir").status, "ok");
+  probe.facts["/tmp/s"] = FakeNodeProbe::dir(0, 01777);  // sticky leaf: still writable by all
+  EXPECT_EQ(check(run(), "state-dir").status, "fail");
+}
+
+TEST_F(NodeDoctorTest, ToolsFromThePluginArgumentsMustBeExecutable) {
+  probe.executables.erase("/opt/nv/nvidia-smi");
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "nvidia-smi").status, "fail");
+  EXPECT_NE(check(rep, "nvidia-smi").detail.find("/opt/nv/nvidia-smi is missing"), std::string::npos);
+  EXPECT_EQ(runner.count_program("/opt/nv/nvidia-smi"), 0u);
+  // Without nvidia-smi the table still lists gres.conf, each row flagged.
+  ASSERT_EQ(rep.gpus.size(), 4u);
+  EXPECT_FALSE(rep.gpus[0].problem.empty());
+  probe.executables.erase("/opt/nv/nvidia-cuda-mps-control");
+  EXPECT_EQ(check(run(), "mps-control").status, "fail");
+}
+
+TEST_F(NodeDoctorTest, NvidiaSmiWithoutDriverFails) {
+  runner.handler = [](const Command&) { return test::exited(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"); };
+  EXPECT_EQ(check(run(), "nvidia-smi").status, "fail");
+}
+
+TEST_F(NodeDoctorTest, EveryUnmappableGpuIsFlagged) {
+  probe.files["/etc/slurm/gres.conf"] =
+      "AutoDetect=off\nNodeName=gpu02 Name=gpu File=/dev/nvidia2\nNodeName=gpu02 Name=gpu File=/dev/nvidia7\n"
+      "NodeName=gpu02 Name=gpu File=/dev/notadevice\nNodeName=gpu01 Name=gpu File=/dev/nvidia0\n";
+  probe.minors["/dev/nvidia7"] = 7;
+  NodeDoctorReport rep = run();
+  EXPECT_FALSE(rep.ok());
+  ASSERT_EQ(rep.gpus.size(), 3u);
+  EXPECT_TRUE(rep.gpus[0].problem.empty());
+  EXPECT_NE(rep.gpus[1].problem.find("minor 7) matches no GPU"), std::string::npos);
+  EXPECT_NE(rep.gpus[2].problem.find("not a character device"), std::string::npos);
+  EXPECT_NE(check(rep, "gpu-map").detail.find("2 of 3 GPU(s)"), std::string::npos);
+  // nvidia-smi GPUs no GRES entry names: Slurm never schedules them.
+  EXPECT_EQ(check(rep, "gpu-unlisted").status, "warn");
+  EXPECT_NE(check(rep, "gpu-unlisted").detail.find(test::kUuid1), std::string::npos);
+  EXPECT_NE(rep.to_text().find("NOT MAPPED"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, TwoGresEntriesOnOneGpuFail) {
+  probe.files["/etc/slurm/gres.conf"] = "NodeName=gpu02 Name=gpu File=/dev/nvidia[2,0,3,1]\nName=gpu File=/dev/nvidia2\n";
+  EXPECT_NE(check(run(), "gpu-map").detail.find("GRES 0,4 are the same GPU"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, GresConfFromThePluginArgument) {
+  set_plugin_line(std::string("optional unilab_mps.so gres_conf=/etc/gres-alt.conf ") + kArgs + "\n");
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "gres.conf").status, "fail");
+  EXPECT_NE(check(rep, "gres.conf").detail.find("/etc/gres-alt.conf"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, DaemonOnTheDefaultPipeDirectory) {
+  probe.sockets["/tmp/nvidia-mps/control"] = SocketState::kListening;
+  NodeDoctorReport rep = run();
+  EXPECT_FALSE(rep.ok());
+  EXPECT_NE(check(rep, "default-pipe").detail.find("every CUDA program"), std::string::npos);
+  probe.sockets["/tmp/nvidia-mps/control"] = SocketState::kRefused;
+  EXPECT_EQ(check(run(), "default-pipe").status, "warn");
+  probe.sockets["/tmp/nvidia-mps/control"] = SocketState::kDenied;
+  EXPECT_EQ(check(run(), "default-pipe").status, "warn");
+}
+
+TEST_F(NodeDoctorTest, JobContainerTmpfsMakesDevShmPrivate) {
+  probe.files[opt.slurm_conf] += "JobContainerType=job_container/tmpfs\n";
+  NodeDoctorReport rep = run();
+  EXPECT_FALSE(rep.ok());
+  EXPECT_NE(check(rep, "dev-shm").detail.find("private /dev/shm (Slurm 22.05 always does)"), std::string::npos);
+  probe.files["/etc/slurm/job_container.conf"] = "AutoBasePath=true\nBasePath=/var/jc\nDirs=/tmp,/dev/shm\n";
+  EXPECT_EQ(check(run(), "dev-shm").status, "fail");
+  probe.files["/etc/slurm/job_container.conf"] = "AutoBasePath=true\nBasePath=/var/jc\nDirs=/tmp\n";
+  EXPECT_EQ(check(run(), "dev-shm").status, "ok");
+}
+
+TEST_F(NodeDoctorTest, NodeNameFromOptionOrAmbiguousHost) {
+  opt.node = "gpu01";
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(rep.node, "gpu01");
+  // gpu01 has no pid file and gres.conf lists no GPU for it.
+  EXPECT_EQ(check(rep, "slurmd").status, "fail");
+  EXPECT_EQ(check(rep, "gpu-map").status, "fail");
+  opt.node.reset();
+  probe.files[opt.slurm_conf] += "NodeName=extra NodeHostname=host2\n";
+  EXPECT_NE(check(run(), "node").detail.find("several Slurm nodes (extra,gpu02)"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, MissingSlurmConfAndPlugstack) {
+  probe.files.erase(opt.slurm_conf);
+  probe.files.erase("/etc/slurm/plugstack.conf");
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "slurm.conf").status, "fail");
+  EXPECT_EQ(check(rep, "plugstack").status, "fail");
+  EXPECT_EQ(check(rep, "plugin-listed").status, "fail");
+}
+
+TEST_F(NodeDoctorTest, PlugStackConfigAndIncludesInSlurmConf) {
+  probe.files[opt.slurm_conf] = "include /etc/slurm/site.conf\nNodeName=gpu02 NodeHostname=host2\n";
+  probe.files["/etc/slurm/site.conf"] = "PlugStackConfig=/srv/spank/stack.conf\nSlurmdPidFile=/run/slurmd-%n.pid\n";
+  probe.files["/srv/spank/stack.conf"] = std::string("required /srv/spank/unilab_mps.so ") + kArgs + "\n";
+  probe.facts["/srv/spank/unilab_mps.so"] = FakeNodeProbe::file(0, 0755, 10);
+  NodeDoctorReport rep = run();
+  EXPECT_TRUE(rep.ok()) << rep.to_text();
+  EXPECT_NE(check(rep, "slurm.conf").detail.find("/etc/slurm/site.conf"), std::string::npos);
+  EXPECT_NE(check(rep, "plugin-listed").detail.find("/srv/spank/stack.conf:1: required"), std::string::npos);
+}
+
+TEST(PlugstackTest, ParsesLikeSlurm) {
+  FakeNodeProbe probe;
+  probe.files["/e/plugstack.conf"] =
+      "  # comment\n"
+      "optional /p/a.so x=1\ty=2 # trailing\n"
+      "bogus /p/b.so\n"
+      "required\n"
+      "include extra/*.conf\n"
+      "include /e/loop.conf\n";
+  probe.globs["/e/extra/*.conf"] = {"/e/extra/1.conf", "/e/extra/2.conf"};
+  probe.files["/e/extra/1.conf"] = "required rel.so\n";
+  probe.files["/e/extra/2.conf"] = "\n";
+  probe.globs["/e/loop.conf"] = {"/e/loop.conf"};
+  probe.files["/e/loop.conf"] = "include /e/loop.conf\n";
+  probe.facts["/lib/b/rel.so"] = FakeNodeProbe::file(0, 0755);
+  Plugstack s = read_plugstack(probe, "/e/plugstack.conf", {"/lib/a", "/lib/b/"});
+  ASSERT_EQ(s.entries.size(), 2u);
+  EXPECT_EQ(s.entries[0].kind, "optional");
+  EXPECT_EQ(s.entries[0].path, "/p/a.so");
+  EXPECT_EQ(s.entries[0].line, 2);
+  EXPECT_EQ(s.entries[0].args, (std::vector<std::string>{"x=1", "y=2"}));
+  EXPECT_EQ(s.entries[1].file, "/e/extra/1.conf");
+  EXPECT_EQ(s.entries[1].resolved, "/lib/b/rel.so");
+  EXPECT_EQ(s.files.front(), "/e/plugstack.conf");
+  EXPECT_EQ(s.files[1], "/e/extra/1.conf");
+  // bogus kind, missing path, and the include loop cut off at the depth limit
+  ASSERT_EQ(s.problems.size(), 3u);
+  EXPECT_NE(s.problems[0].find("/e/plugstack.conf:3: 'bogus'"), std::string::npos);
+  EXPECT_NE(s.problems[1].find("/e/plugstack.conf:4: no plugin path"), std::string::npos);
+  EXPECT_NE(s.problems[2].find("nested deeper"), std::string::npos);
+}
+
+TEST(PlugstackTest, MissingFileIsAnEmptyStack) {
+  FakeNodeProbe probe;
+  Plugstack s = read_plugstack(probe, "/nope/plugstack.conf", {});
+  EXPECT_TRUE(s.files.empty());
+  EXPECT_TRUE(s.entries.empty());
+  EXPECT_TRUE(s.problems.empty());
+}
+
+TEST(SlurmConfTest, KeysAreCaseInsensitiveAndNodeLinesSeparate) {
+  FakeNodeProbe probe;
+  probe.files["/e/slurm.conf"] = "plugstackconfig=/a\nJobContainerType=job_container/tmpfs # x\n"
+                                 "NodeName=n1 Port=1 PlugStackConfig=/ignored\nPartitionName=p PlugStackConfig=/ignored2\n"
+                                 "Include missing.conf\n";
+  SlurmConf c = read_slurm_conf(probe, "/e/slurm.conf");
+  EXPECT_EQ(c.get("plugstackconfig"), "/a");
+  EXPECT_EQ(c.get("jobcontainertype"), "job_container/tmpfs");
+  ASSERT_EQ(c.nodes.size(), 1u);
+  EXPECT_EQ(c.nodes[0].at("port"), "1");
+  ASSERT_EQ(c.problems.size(), 1u);
+  EXPECT_NE(c.problems[0].find("/e/missing.conf"), std::string::npos);
+  EXPECT_THROW(read_slurm_conf(probe, "/e/none.conf"), CudaMpsError);
+}
+
+TEST(NodePatternTest, ExpandsNodeAndHost) {
+  EXPECT_EQ(expand_node_pattern("/run/slurmd-%n.%h.pid", "n1", "vm"), "/run/slurmd-n1.vm.pid");
+  EXPECT_EQ(expand_node_pattern("/run/100%.pid", "n1", "vm"), "/run/100%.pid");
+}
+
+}  // namespace
+}  // namespace unilab::mps
