@@ -8,6 +8,7 @@
 #include "common/errors.hpp"
 #include "common/gpu.hpp"
 #include "common/job.hpp"
+#include "common/job_logs.hpp"
 #include "common/safefs.hpp"
 
 namespace unilab::mps::helper {
@@ -85,6 +86,7 @@ int run_epilog(const std::vector<std::string>& argv) {
     PluginConfig cfg = parse_plugin_args(collect_arguments(argv));
     JobContext job = job_context_from_env(env);
     Services s = system_services();
+    for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) log(who, line);
     EpilogOutcome out = run_job_epilog(s, cfg, job);
     for (const auto& r : out.stopped) log(who, "job " + job.job_id + ": daemon " + r.name + ": " + r.outcome);
     for (const auto& w : out.warnings) log(who, w);

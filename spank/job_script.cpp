@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "common/gpu.hpp"
 #include "common/job.hpp"
+#include "common/job_logs.hpp"
 #include "spank/plugin.hpp"
 #include "spank/state.hpp"
 
@@ -71,6 +72,9 @@ int job_script_epilog(int argc, char** argv) {
     SystemSignaller signaller;
     SystemClock clock;
     Services s{runner, proc, signaller, clock};
+    // Before the epilog removes the daemons' log dirs: a failed job's MPS
+    // logs end up in the slurmd log.
+    for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) slurm_info("unilab-mps: %s", line.c_str());
     EpilogOutcome out = run_job_epilog(s, cfg, job);
     for (const auto& r : out.stopped) {
       slurm_info("unilab-mps: job %s: daemon %s (pid %d): %s", job.job_id.c_str(), r.name.c_str(), static_cast<int>(r.pid),
