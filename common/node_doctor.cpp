@@ -722,6 +722,21 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
     }
   }
 
+  // The Prolog= helper next to the plugin's own job_prolog: slurmd runs the
+  // SPANK job_prolog first, then clears the SPANK option variables before
+  // Prolog= runs (22.05's spank_clear_remote_options_env skips every other
+  // one), so the helper sees some of the options, or none, and would start
+  // daemons a second time when it does.
+  if (entry) {
+    std::string prolog = conf.get("prolog").value_or("");
+    if (prolog.find("unilab-mps-prolog") != std::string::npos) {
+      add("prolog-helper", "warn",
+          fmt::format("Prolog={} runs after the plugin's own job_prolog, which already starts the daemons; remove it (the "
+                      "helper is for nodes whose slurmd does not load the plugin)",
+                      prolog));
+    }
+  }
+
   // when the daemons start
   {
     std::string flags = conf.get("prologflags").value_or("");

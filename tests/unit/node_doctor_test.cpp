@@ -331,6 +331,13 @@ TEST_F(NodeDoctorTest, JobContainerTmpfsMakesDevShmPrivate) {
   EXPECT_EQ(check(run(), "dev-shm").status, "ok");
 }
 
+TEST_F(NodeDoctorTest, PrologHelperNextToThePluginIsFlagged) {
+  probe.files[opt.slurm_conf] += "Prolog=/usr/sbin/unilab-mps-prolog\nEpilog=/usr/sbin/unilab-mps-epilog\n";
+  NodeDoctorReport rep = run();
+  EXPECT_TRUE(rep.ok());
+  EXPECT_EQ(check(rep, "prolog-helper").status, "warn");
+}
+
 TEST_F(NodeDoctorTest, NodeNameFromOptionOrAmbiguousHost) {
   opt.node = "gpu01";
   NodeDoctorReport rep = run();
