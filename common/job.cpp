@@ -117,7 +117,19 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
   for (const auto& r : scan.trusted) {
     covered.insert(r.name);
     try {
-      StopReport rep = stop_daemon(s, cfg.tools, store, r, cfg.stop_timeout);
+      DaemonRecord target = r;
+      if (r.state != "starting" && check_identity(r.identity(), s.proc) != Liveness::kLive) {
+        // The recorded process is gone, so its directories are about to be
+        // removed: first make sure no daemon of the job still serves them
+        // under another pid (the /proc proof of a "starting" record).
+        if (auto found = recover_starting_identity(r, s.proc)) {
+          out.warnings.push_back(fmt::format("daemon {}: recorded pid {} is not it, but pid {} serves its pipe directory as uid {} "
+                                             "(pid file + /proc): stopping that one",
+                                             r.name, r.pid, found->pid, r.uid));
+          target.state = "starting";
+        }
+      }
+      StopReport rep = stop_daemon(s, cfg.tools, store, target, cfg.stop_timeout);
       if (!rep.detail.empty()) out.warnings.push_back(fmt::format("daemon {}: {}", r.name, rep.detail));
       out.stopped.push_back(std::move(rep));
     } catch (const StaleCudaMpsDaemonError& e) {

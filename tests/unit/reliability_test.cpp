@@ -215,6 +215,23 @@ TEST_F(RecoveryTest, PidFileIsAcceptedOnlyForTheJobUidAndExactlyThatPipe) {
   EXPECT_TRUE(entries(cfg.run_dir).empty());  // the leftover entry is removed all the same
 }
 
+TEST_F(RecoveryTest, RecordPidNamingAnotherProcessWhileTheDaemonRunsSignalsOnlyTheDaemon) {
+  auto started = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  DaemonRecord wrong = started[0];
+  wrong.pid = 5100;  // a live process of the same user, not the daemon
+  wrong.process_start_ticks = 1;
+  d.proc.add(5100, test::kOtherUid, 2);
+  slurm_record_store(cfg).write(wrong);
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(out.ok());
+  EXPECT_TRUE(d.proc.alive(5100));
+  for (const auto& [pid, sig] : d.signaller.requests) EXPECT_NE(pid, 5100) << sig;
+  EXPECT_FALSE(d.proc.alive(started[0].pid));
+  EXPECT_EQ(quits_to(started[0].pipe_directory), 1u);
+  EXPECT_TRUE(entries(cfg.run_dir).empty());
+  EXPECT_TRUE(entries(cfg.state_dir).empty());
+}
+
 TEST_F(RecoveryTest, EpilogWhereNoPrologRanAndTwiceAreNoOps) {
   EpilogOutcome out = run_job_epilog(d.services, cfg, job);
   EXPECT_TRUE(out.ok());
