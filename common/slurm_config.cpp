@@ -117,6 +117,7 @@ unsigned long long parse_size_bytes(const std::string& value) {
                                    value.substr(0, 40)));
   }
   unsigned long long n = std::stoull(digits);
+  if (n > ~0ULL / mult) throw CudaMpsError(fmt::format("invalid memory size '{}': too large", value.substr(0, 40)));
   if (n == 0) throw CudaMpsError("invalid memory size 0: give a positive size such as 8G");
   return n * mult;
 }

@@ -1,0 +1,561 @@
+#include "common/job.hpp"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "common/errors.hpp"
+#include "common/topology.hpp"
+#include "tests/unit/doubles.hpp"
+
+namespace unilab::mps {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Doubles;
+using test::error_of;
+using test::exists;
+using test::TempDir;
+
+Getenv env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* key) -> std::optional<std::string> {
+    auto it = vars.find(key);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+const std::string kOpt = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps";
+const std::string kThreads = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps_threads";
+const std::string kMem = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps_mem";
+
+// --- option and environment ---------------------------------------------------------
+
+TEST(SpankOptionEnvName, MatchesSlurmsSpelling) {
+  EXPECT_EQ(spank_option_env_name("unilab-mps"), kOpt);
+  EXPECT_EQ(spank_option_env_name("unilab-mps-threads"), kThreads);
+  EXPECT_EQ(spank_option_env_name("unilab-mps-mem"), kMem);
+}
+
+TEST(JobRequestFromEnv, AbsentOptionMeansNoMps) {
+  EXPECT_FALSE(job_request_from_env(env_of({}), PluginConfig{}));
+  // Limits alone do not ask for MPS.
+  EXPECT_FALSE(job_request_from_env(env_of({{kThreads, "50"}}), PluginConfig{}));
+}
+
+TEST(JobRequestFromEnv, FlagWithoutValueIsAuto) {
+  auto r = job_request_from_env(env_of({{kOpt, "(null)"}}), PluginConfig{});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->mode, "auto");
+  EXPECT_FALSE(r->limits.active_thread_percentage);
+  EXPECT_FALSE(r->limits.pinned_mem_limit);
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, ""}}), PluginConfig{})->mode, "auto");
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "auto"}}), PluginConfig{})->mode, "auto");
+}
+
+TEST(JobRequestFromEnv, Multi) {
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "multi"}}), PluginConfig{})->mode, "multi");
+}
+
+TEST(JobRequestFromEnv, BadModeThrows) {
+  std::string e = error_of([] { job_request_from_env(env_of({{kOpt, "many"}}), PluginConfig{}); });
+  EXPECT_NE(e.find("many"), std::string::npos) << e;
+}
+
+TEST(JobRequestFromEnv, LimitsWithinTheSiteMaximum) {
+  PluginConfig cfg;
+  cfg.max_threads = 50;
+  cfg.max_mem_bytes = 8ULL << 30;
+  auto r = job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "30"}, {kMem, "4G"}}), cfg);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->limits.active_thread_percentage, 30.0);
+  EXPECT_EQ(r->limits.pinned_mem_limit, "4096M");
+  EXPECT_THROW(job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "60"}}), cfg), CudaMpsError);
+  EXPECT_THROW(job_request_from_env(env_of({{kOpt, "(null)"}, {kMem, "9G"}}), cfg), CudaMpsError);
+  EXPECT_THROW(job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "lots"}}), cfg), CudaMpsError);
+  // "(null)" limit values mean "not given".
+  r = job_request_from_env(env_of({{kOpt, "multi"}, {kThreads, "(null)"}, {kMem, "(null)"}}), cfg);
+  EXPECT_FALSE(r->limits.active_thread_percentage);
+  EXPECT_FALSE(r->limits.pinned_mem_limit);
+}
+
+TEST(JobRequestFromEnv, DefaultThreadsApplyOnlyWhenTheUserGivesNone) {
+  PluginConfig cfg;
+  cfg.default_threads = 25;
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "(null)"}}), cfg)->limits.active_thread_percentage, 25.0);
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "(null)"}}), cfg)->limits.active_thread_percentage, 25.0);
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "70"}}), cfg)->limits.active_thread_percentage, 70.0);
+}
+
+TEST(JobContextFromEnv, ReadsWhatSlurmGivesAProlog) {
+  auto j = job_context_from_env(env_of({{"SLURM_JOB_ID", "1234"},
+                                        {"SLURM_JOB_UID", "1000"},
+                                        {"SLURM_JOB_GID", "100"},
+                                        {"SLURM_JOB_GPUS", "0,2"},
+                                        {"SLURMD_NODENAME", "n2"},
+                                        {"SLURM_CONF", "/etc/slurm/slurm.conf"}}));
+  EXPECT_EQ(j.job_id, "1234");
+  EXPECT_EQ(j.uid, 1000u);
+  EXPECT_EQ(j.gid, 100u);
+  EXPECT_EQ(j.job_gpus, "0,2");
+  EXPECT_EQ(j.node, "n2");
+  EXPECT_EQ(j.slurm_conf, "/etc/slurm/slurm.conf");
+}
+
+TEST(JobContextFromEnv, MissingOrBadVariablesAreNamed) {
+  std::map<std::string, std::string> full = {{"SLURM_JOB_ID", "1234"}, {"SLURM_JOB_UID", "1000"}, {"SLURM_JOB_GID", "100"}};
+  for (const char* key : {"SLURM_JOB_ID", "SLURM_JOB_UID", "SLURM_JOB_GID"}) {
+    auto vars = full;
+    vars.erase(key);
+    std::string e = error_of([&] { job_context_from_env(env_of(vars)); });
+    EXPECT_NE(e.find(key), std::string::npos) << e;
+    vars[key] = "12x";
+    e = error_of([&] { job_context_from_env(env_of(vars)); });
+    EXPECT_NE(e.find(key), std::string::npos) << e;
+    vars[key] = "";
+    EXPECT_THROW(job_context_from_env(env_of(vars)), CudaMpsError);
+  }
+  // Without SLURMD_NODENAME: the host name; no GPUs is not an error here.
+  auto j = job_context_from_env(env_of(full));
+  EXPECT_EQ(j.node, current_host());
+  EXPECT_FALSE(j.job_gpus);
+  // A job id that is not a plain number cannot smuggle path characters in.
+  full["SLURM_JOB_ID"] = "../../x";
+  EXPECT_THROW(job_context_from_env(env_of(full)), CudaMpsError);
+}
+
+TEST(JobDaemonName, IsSafeOrRefused) {
+  EXPECT_EQ(job_daemon_name("17", "n1", "gpu0"), "job17.n1.gpu0");
+  EXPECT_EQ(job_daemon_name("17", "gpu-node-01", "multi"), "job17.gpu-node-01.multi");
+  EXPECT_THROW(job_daemon_name("17", "n/1", "gpu0"), CudaMpsError);
+  EXPECT_THROW(job_daemon_name("17", "n 1", "gpu0"), CudaMpsError);
+}
+
+TEST(SlurmRecordStore, IsRootOwnedUnderStateDir) {
+  PluginConfig cfg;
+  cfg.state_dir = "/var/lib/x";
+  EXPECT_EQ(slurm_record_store(cfg).root(), "/var/lib/x");
+}
+
+// --- compute_task_environment ------------------------------------------------------------
+
+class FakeDeviceAccess final : public DeviceAccess {
+ public:
+  bool denied(const std::string& device) override { return denied_set.count(device) > 0; }
+  std::set<std::string> denied_set;
+};
+
+// GRES order of the node: index, device, minor, UUID all disagree.
+std::vector<NodeGpu> node_gpus() {
+  return {NodeGpu{0, "/dev/nvidia3", 3, test::kUuid2}, NodeGpu{1, "/dev/nvidia1", 1, test::kUuid3},
+          NodeGpu{2, "/dev/nvidia0", 0, test::kUuid1}, NodeGpu{3, "/dev/nvidia2", 2, test::kUuid0}};
+}
+
+class TaskEnvTest : public ::testing::Test {
+ protected:
+  test::FakeProcReader proc;
+  FakeDeviceAccess devices;
+  TaskContext task{"5", 1000, "n1", std::nullopt, std::nullopt, std::string("0-3")};
+
+  DaemonRecord record(const std::string& suffix, std::vector<int> gres, const std::string& mode, pid_t pid) {
+    auto nodes = node_gpus();
+    std::vector<std::string> uuids;
+    for (int i : gres) uuids.push_back(nodes[static_cast<size_t>(i)].uuid);
+    DaemonRecord r = test::make_record("job5.n1." + suffix, 1000, "n1", pid, 100 + static_cast<uint64_t>(pid),
+                                       "/run/unilab-mps/run/job5.n1." + suffix + "/pipe", uuids);
+    r.boot_id = proc.boot;
+    r.job_id = "5";
+    r.slurm = SlurmBinding{"5", "n1", mode, gres, nodes};
+    proc.add(pid, 1000, r.process_start_ticks);
+    return r;
+  }
+  std::vector<DaemonRecord> auto_records(std::vector<int> gres = {0, 1, 2, 3}) {
+    std::vector<DaemonRecord> out;
+    for (int i : gres) out.push_back(record("gpu" + std::to_string(i), {i}, "auto", 200 + i));
+    return out;
+  }
+  std::vector<DaemonRecord> multi_records() { return {record("multi", {0, 1, 2, 3}, "multi", 300)}; }
+
+  static std::string get(const TaskEnvironment& env, const std::string& key) {
+    for (const auto& [k, v] : env.set) if (k == key) return v;
+    return "<unset>";
+  }
+};
+
+TEST_F(TaskEnvTest, UnconstrainedCvdHoldsGresIndices) {
+  task.cuda_visible_devices = "2";
+  auto env = compute_task_environment(auto_records(), task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), test::kUuid1);  // GRES 2 -> minor 0 -> kUuid1
+  EXPECT_EQ(env.daemon_name, "job5.n1.gpu2");
+  EXPECT_EQ(get(env, "CUDA_MPS_PIPE_DIRECTORY"), "/run/unilab-mps/run/job5.n1.gpu2/pipe");
+  EXPECT_EQ(get(env, "CUDA_MPS_LOG_DIRECTORY"), "/run/unilab-mps/run/job5.n1.gpu2/pipe-log");
+  EXPECT_EQ(env.gres_indices, (std::vector<int>{2}));
+  EXPECT_EQ(env.set.size(), 3u);
+}
+
+TEST_F(TaskEnvTest, ConstrainedCvdIsAPositionAmongTheAllowedDevices) {
+  // Seen live: task 1 of `srun -n2 --gpus-per-task=1` with ConstrainDevices had
+  // CUDA_VISIBLE_DEVICES=0 and SLURM_STEP_GPUS=0, but could open only GRES 1's device.
+  devices.denied_set = {"/dev/nvidia3", "/dev/nvidia0", "/dev/nvidia2"};  // GRES 0, 2, 3
+  task.cuda_visible_devices = "0";
+  task.step_gpus = "0";
+  auto env = compute_task_environment(auto_records(), task, devices, proc);
+  EXPECT_EQ(env.gres_indices, (std::vector<int>{1}));
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), test::kUuid3);
+  EXPECT_EQ(env.daemon_name, "job5.n1.gpu1");
+
+  // Two allowed devices: local 1 is the second allowed one in GRES order.
+  devices.denied_set = {"/dev/nvidia3", "/dev/nvidia1"};  // GRES 0, 1 denied: allowed 2, 3
+  task.cuda_visible_devices = "1";
+  env = compute_task_environment(auto_records(), task, devices, proc);
+  EXPECT_EQ(env.gres_indices, (std::vector<int>{3}));
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), test::kUuid0);
+
+  task.cuda_visible_devices = "2";  // beyond what the task may open
+  std::string e = error_of([&] { compute_task_environment(auto_records(), task, devices, proc); });
+  EXPECT_NE(e.find("exceeds"), std::string::npos) << e;
+}
+
+TEST_F(TaskEnvTest, WithoutCvdTheAllowedDevicesOrStepGpusDecide) {
+  devices.denied_set = {"/dev/nvidia3", "/dev/nvidia1", "/dev/nvidia2"};
+  EXPECT_EQ(compute_task_environment(auto_records(), task, devices, proc).daemon_name, "job5.n1.gpu2");
+  devices.denied_set.clear();
+  task.step_gpus = "3";
+  EXPECT_EQ(compute_task_environment(auto_records(), task, devices, proc).daemon_name, "job5.n1.gpu3");
+}
+
+TEST_F(TaskEnvTest, TwoGpusInAutoModeNameTheOptionsThatFit) {
+  task.cuda_visible_devices = "0,1";
+  std::string e = error_of([&] { compute_task_environment(auto_records(), task, devices, proc); });
+  EXPECT_NE(e.find("--unilab-mps=multi"), std::string::npos) << e;
+  EXPECT_NE(e.find("--gpus-per-task=1"), std::string::npos) << e;
+}
+
+TEST_F(TaskEnvTest, MultiModeNeedsTheTaskToHoldAllTheGpus) {
+  task.cuda_visible_devices = "1";
+  std::string e = error_of([&] { compute_task_environment(multi_records(), task, devices, proc); });
+  EXPECT_NE(e.find("--unilab-mps=multi"), std::string::npos) << e;
+  EXPECT_NE(e.find("--gpus-per-task=1"), std::string::npos) << e;
+
+  task.cuda_visible_devices = "3,0,2,1";
+  auto env = compute_task_environment(multi_records(), task, devices, proc);
+  EXPECT_EQ(env.daemon_name, "job5.n1.multi");
+  // The task's own order is kept.
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), join({test::kUuid0, test::kUuid2, test::kUuid1, test::kUuid3}, ","));
+  EXPECT_EQ(get(env, "CUDA_MPS_PIPE_DIRECTORY"), "/run/unilab-mps/run/job5.n1.multi/pipe");
+}
+
+TEST_F(TaskEnvTest, UuidEntriesMapBackToTheirGresIndex) {
+  // A nested step sees the already rewritten value, in any spelling.
+  task.cuda_visible_devices = "7fdaf0a5179bf636d15ddaf243e3ff16";  // kUuid0 = GRES 3
+  auto env = compute_task_environment(auto_records(), task, devices, proc);
+  EXPECT_EQ(env.gres_indices, (std::vector<int>{3}));
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), test::kUuid0);
+  task.cuda_visible_devices = "GPU-00000000-0000-0000-0000-000000000000";
+  std::string e = error_of([&] { compute_task_environment(auto_records(), task, devices, proc); });
+  EXPECT_NE(e.find("not a GPU of node n1"), std::string::npos) << e;
+}
+
+TEST_F(TaskEnvTest, NoRecordsExplainsWhatToRequest) {
+  task.job_gpus.reset();
+  std::string e = error_of([&] { compute_task_environment({}, task, devices, proc); });
+  EXPECT_NE(e.find("--gres"), std::string::npos) << e;
+  task.job_gpus = "0,1";
+  e = error_of([&] { compute_task_environment({}, task, devices, proc); });
+  EXPECT_NE(e.find("sbatch/salloc"), std::string::npos) << e;
+}
+
+TEST_F(TaskEnvTest, DeadDaemonIsAnError) {
+  auto records = auto_records();
+  proc.kill(records[2].pid);
+  task.cuda_visible_devices = "2";
+  std::string e = error_of([&] { compute_task_environment(records, task, devices, proc); });
+  EXPECT_NE(e.find("no longer running"), std::string::npos) << e;
+  // Another GPU's daemon still serves its task.
+  task.cuda_visible_devices = "1";
+  EXPECT_EQ(compute_task_environment(records, task, devices, proc).daemon_name, "job5.n1.gpu1");
+}
+
+TEST_F(TaskEnvTest, GpuOutsideTheJobIsAnError) {
+  task.cuda_visible_devices = "3";
+  std::string e = error_of([&] { compute_task_environment(auto_records({0, 1}), task, devices, proc); });
+  EXPECT_NE(e.find("GRES index 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("not one of job 5"), std::string::npos) << e;
+}
+
+TEST_F(TaskEnvTest, GarbageCvdAndGpulessTasksAreErrors) {
+  task.cuda_visible_devices = "gpu0";
+  EXPECT_THROW(compute_task_environment(auto_records(), task, devices, proc), CudaMpsError);
+  task.cuda_visible_devices.reset();
+  task.job_gpus = "";
+  task.step_gpus = "";
+  std::string e = error_of([&] { compute_task_environment(auto_records(), task, devices, proc); });
+  EXPECT_NE(e.find("no GPU"), std::string::npos) << e;
+}
+
+// --- prolog / epilog (real files, simulated NVIDIA host) ---------------------------------
+
+class PrologTest : public ::testing::Test {
+ protected:
+  TempDir tmp;
+  Doubles d;
+  PluginConfig cfg;
+  JobContext job;
+
+  void SetUp() override {
+    if (!test::is_root()) GTEST_SKIP() << "needs root: mknod GPU device files and a root-owned record store";
+    test::make_dir(tmp / "dev", 0755);
+    for (int m = 0; m < 4; ++m) {
+      std::string path = tmp / ("dev/nvidia" + std::to_string(m));
+      ASSERT_EQ(mknod(path.c_str(), S_IFCHR | 0666, makedev(195, static_cast<unsigned>(m))), 0) << path;
+    }
+    // GRES order 3,1,0,2 on n1; nvidia-smi index->minor 0->2, 1->0, 2->3, 3->1.
+    test::write_text(tmp / "gres.conf", "# test nodes\n"
+                                        "NodeName=n1 Name=gpu Type=h200 File=" + tmp.path() + "/dev/nvidia[3,1,0,2]\n"
+                                        "NodeName=n2 Name=gpu File=" + tmp.path() + "/dev/nvidia[0-1]\n");
+    d.host.smi_out = test::smi_csv(test::four_gpus());
+    cfg.state_dir = tmp / "state";
+    cfg.run_dir = tmp / "run";
+    cfg.gres_conf = tmp / "gres.conf";
+    cfg.tools = d.tools;
+    cfg.start_timeout = 5s;
+    cfg.stop_timeout = 5s;
+    job = context("1234", "n1", "0,2");
+  }
+
+  JobContext context(const std::string& id, const std::string& node, const std::string& gpus) {
+    JobContext j;
+    j.job_id = id;
+    j.uid = test::kOtherUid;
+    j.gid = test::kOtherGid;
+    j.job_gpus = gpus;
+    j.node = node;
+    return j;
+  }
+
+  std::vector<std::string> record_files() {
+    std::vector<std::string> out;
+    if (!exists(cfg.state_dir)) return out;
+    for (const auto& f : test::dir_entries(cfg.state_dir)) if (f.ends_with(".json")) out.push_back(f);
+    return out;
+  }
+  std::vector<std::string> run_entries() { return exists(cfg.run_dir) ? test::dir_entries(cfg.run_dir) : std::vector<std::string>{}; }
+};
+
+TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
+  PrologOutcome out = run_job_prolog(d.services, cfg, job, JobRequest{});
+  EXPECT_EQ(d.host.smi_calls, 1);
+  EXPECT_EQ(d.runner.count_program(d.host.nvidia_smi), 1u);
+  ASSERT_EQ(out.started.size(), 2u);
+  EXPECT_TRUE(out.note.empty());
+
+  const DaemonRecord& g0 = out.started[0];
+  const DaemonRecord& g2 = out.started[1];
+  EXPECT_EQ(g0.name, "job1234.n1.gpu0");
+  EXPECT_EQ(g2.name, "job1234.n1.gpu2");
+  EXPECT_EQ(g0.gpu_uuids, (std::vector<std::string>{test::kUuid2}));  // GRES 0 -> nvidia3 -> minor 3 -> index 2
+  EXPECT_EQ(g2.gpu_uuids, (std::vector<std::string>{test::kUuid1}));  // GRES 2 -> nvidia0 -> minor 0 -> index 1
+  EXPECT_EQ(g0.topology_mode, kTaskPerGpu);
+  EXPECT_EQ(g0.uid, test::kOtherUid);
+  EXPECT_EQ(g0.host, "n1");
+  EXPECT_EQ(g0.job_id, "1234");
+  ASSERT_TRUE(g0.slurm);
+  EXPECT_EQ(g0.slurm->gres_indices, (std::vector<int>{0}));
+  EXPECT_EQ(g0.slurm->mode, "auto");
+  ASSERT_EQ(g0.slurm->node_gpus.size(), 4u);
+  EXPECT_EQ(g0.slurm->node_gpus[1], (NodeGpu{1, tmp / "dev/nvidia1", 1, test::kUuid3}));
+  EXPECT_EQ(g0.pipe_directory, cfg.run_dir + "/job1234.n1.gpu0/pipe");
+
+  // Each daemon was launched with its own GPU, as the job user.
+  ASSERT_EQ(d.host.launch_commands.size(), 2u);
+  EXPECT_EQ(test::env_value(d.host.launch_commands[0], "CUDA_VISIBLE_DEVICES"), test::kUuid2);
+  EXPECT_EQ(test::env_value(d.host.launch_commands[1], "CUDA_VISIBLE_DEVICES"), test::kUuid1);
+  for (const auto& c : d.host.launch_commands) {
+    ASSERT_TRUE(c.credentials);
+    EXPECT_EQ(c.credentials->uid, test::kOtherUid);
+  }
+  EXPECT_EQ(record_files(), (std::vector<std::string>{"job1234.n1.gpu0.json", "job1234.n1.gpu2.json"}));
+  // World-readable records (the task path reads them as the user) in a root-owned dir.
+  EXPECT_EQ(test::mode_of(cfg.state_dir + "/job1234.n1.gpu0.json") & 07777, 0644u);
+  EXPECT_EQ(test::owner_of(cfg.state_dir), 0u);
+  EXPECT_EQ(test::owner_of(cfg.run_dir + "/job1234.n1.gpu0"), test::kOtherUid);
+
+  // The task path works from these records alone.
+  RecordStore store = slurm_record_store(cfg);
+  auto recs = job_records(store, "1234", "n1", test::kOtherUid);
+  ASSERT_EQ(recs.size(), 2u);
+  FakeDeviceAccess devices;
+  TaskContext task{"1234", test::kOtherUid, "n1", std::string("2"), std::nullopt, std::string("0,2")};
+  auto env = compute_task_environment(recs, task, devices, d.proc);
+  EXPECT_EQ(env.daemon_name, "job1234.n1.gpu2");
+  EXPECT_EQ(env.set[0].second, test::kUuid1);
+}
+
+TEST_F(PrologTest, SingleGpuJobIsSingleGpuTopology) {
+  PrologOutcome out = run_job_prolog(d.services, cfg, context("77", "n1", "3"), JobRequest{});
+  ASSERT_EQ(out.started.size(), 1u);
+  EXPECT_EQ(out.started[0].topology_mode, kSingleGpu);
+  EXPECT_EQ(out.started[0].gpu_uuids, (std::vector<std::string>{test::kUuid0}));  // GRES 3 -> nvidia2 -> minor 2 -> index 0
+}
+
+TEST_F(PrologTest, MultiStartsOneDaemonForAllJobGpus) {
+  JobRequest req;
+  req.mode = "multi";
+  req.limits.active_thread_percentage = 40;
+  PrologOutcome out = run_job_prolog(d.services, cfg, job, req);
+  EXPECT_EQ(d.host.smi_calls, 1);
+  ASSERT_EQ(out.started.size(), 1u);
+  const DaemonRecord& r = out.started[0];
+  EXPECT_EQ(r.name, "job1234.n1.multi");
+  EXPECT_EQ(r.gpu_uuids, (std::vector<std::string>{test::kUuid2, test::kUuid1}));
+  EXPECT_EQ(r.topology_mode, kSingleTaskMultiGpu);
+  EXPECT_EQ(r.slurm->gres_indices, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r.slurm->mode, "multi");
+  EXPECT_EQ(r.limits.active_thread_percentage, 40.0);
+  ASSERT_EQ(d.host.launches, 1);
+  EXPECT_EQ(test::env_value(d.host.launch_commands[0], "CUDA_VISIBLE_DEVICES"), test::kUuid2 + "," + test::kUuid1);
+  EXPECT_NE(std::find(d.host.received.begin(), d.host.received.end(), "set_default_active_thread_percentage 40"),
+            d.host.received.end());
+}
+
+TEST_F(PrologTest, FailureOnTheSecondDaemonStopsTheFirstAndLeavesNothing) {
+  d.host.launch_failures[2] = test::exited(1, "", "second daemon exploded\n");
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });
+  EXPECT_NE(e.find("second daemon exploded"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, 2);
+  EXPECT_EQ(d.host.quits, 1);  // the first daemon was asked to quit
+  for (const auto& [pipe, pid] : d.host.daemons) EXPECT_FALSE(d.proc.alive(pid)) << pipe;
+  EXPECT_TRUE(record_files().empty());
+  EXPECT_TRUE(run_entries().empty());
+}
+
+TEST_F(PrologTest, NoGpuOnThisNodeStartsNothing) {
+  PrologOutcome out = run_job_prolog(d.services, cfg, context("9", "n1", ""), JobRequest{});
+  EXPECT_TRUE(out.started.empty());
+  EXPECT_NE(out.note.find("no GPU"), std::string::npos) << out.note;
+  EXPECT_TRUE(d.runner.commands.empty());
+}
+
+TEST_F(PrologTest, GresIndexBeyondGresConfIsAnError) {
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, context("9", "n2", "0,3"), JobRequest{}); });
+  EXPECT_NE(e.find("GRES index 3"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, 0);
+}
+
+TEST_F(PrologTest, NvidiaSmiFailureFailsTheProlog) {
+  d.host.smi_exit = 9;
+  d.host.smi_err_out = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n";
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });
+  EXPECT_NE(e.find("couldn't communicate"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, 0);
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(PrologTest, MissingGresConfIsAnError) {
+  cfg.gres_conf = tmp / "nope.conf";
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });
+  EXPECT_NE(e.find("nope.conf"), std::string::npos) << e;
+  EXPECT_EQ(d.host.smi_calls, 0);
+}
+
+TEST_F(PrologTest, ARequeuedJobReplacesWhatItsEarlierRunLeft) {
+  PrologOutcome first = run_job_prolog(d.services, cfg, job, JobRequest{});
+  ASSERT_EQ(first.started.size(), 2u);
+  PrologOutcome second = run_job_prolog(d.services, cfg, job, JobRequest{});
+  ASSERT_EQ(second.started.size(), 2u);
+  EXPECT_FALSE(d.proc.alive(first.started[0].pid));
+  EXPECT_FALSE(d.proc.alive(first.started[1].pid));
+  EXPECT_TRUE(d.proc.alive(second.started[0].pid));
+  EXPECT_EQ(record_files().size(), 2u);
+  EXPECT_EQ(d.host.smi_calls, 2);  // one per prolog
+}
+
+TEST_F(PrologTest, EpilogStopsExactlyThisJobsRecordsOnThisNode) {
+  auto mine = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  auto other_job = run_job_prolog(d.services, cfg, context("999", "n1", "1"), JobRequest{}).started;
+  auto other_node = run_job_prolog(d.services, cfg, context("1234", "n2", "0"), JobRequest{}).started;
+  ASSERT_EQ(mine.size(), 2u);
+  ASSERT_EQ(other_job.size(), 1u);
+  ASSERT_EQ(other_node.size(), 1u);
+  EXPECT_EQ(other_node[0].gpu_uuids, (std::vector<std::string>{test::kUuid1}));  // n2: GRES 0 -> nvidia0 -> index 1
+
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(out.ok());
+  EXPECT_TRUE(out.errors.empty());
+  ASSERT_EQ(out.stopped.size(), 2u);
+  for (const auto& s : out.stopped) EXPECT_EQ(s.outcome, "quit") << s.name;
+  EXPECT_FALSE(d.proc.alive(mine[0].pid));
+  EXPECT_FALSE(d.proc.alive(mine[1].pid));
+  EXPECT_TRUE(d.proc.alive(other_job[0].pid));
+  EXPECT_TRUE(d.proc.alive(other_node[0].pid));
+  EXPECT_EQ(record_files(), (std::vector<std::string>{"job1234.n2.gpu0.json", "job999.n1.gpu1.json"}));
+  EXPECT_EQ(run_entries(), (std::vector<std::string>{"job1234.n2.gpu0", "job999.n1.gpu1"}));
+
+  // Idempotent.
+  EpilogOutcome again = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(again.ok());
+  EXPECT_TRUE(again.stopped.empty());
+  EXPECT_EQ(record_files().size(), 2u);
+}
+
+TEST_F(PrologTest, EpilogWithoutAStateDirIsFine) {
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(out.ok());
+  EXPECT_TRUE(out.stopped.empty());
+  EXPECT_TRUE(out.warnings.empty());
+  EXPECT_TRUE(d.runner.commands.empty());
+  EXPECT_FALSE(exists(cfg.state_dir));
+}
+
+TEST_F(PrologTest, EpilogCleansStaleRecordsWithAWarning) {
+  auto mine = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  d.proc.kill(mine[0].pid);  // crashed daemon
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(out.ok());
+  ASSERT_EQ(out.stopped.size(), 2u);
+  std::map<std::string, std::string> outcomes;
+  for (const auto& s : out.stopped) outcomes[s.name] = s.outcome;
+  EXPECT_EQ(outcomes["job1234.n1.gpu0"], "stale");
+  EXPECT_EQ(outcomes["job1234.n1.gpu2"], "quit");
+  EXPECT_FALSE(out.warnings.empty());
+  EXPECT_TRUE(record_files().empty());
+  EXPECT_TRUE(run_entries().empty());
+}
+
+TEST_F(PrologTest, EpilogReportsADaemonThatSurvivesAndKeepsItsRecord) {
+  auto mine = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  d.host.quit_ends_daemon = false;
+  d.signaller.lethal = {};
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_FALSE(out.ok());
+  EXPECT_EQ(out.errors.size(), 2u);
+  EXPECT_EQ(record_files().size(), 2u);
+}
+
+TEST_F(PrologTest, EpilogWarnsAboutThisJobsCorruptRecordsOnly) {
+  run_job_prolog(d.services, cfg, job, JobRequest{});
+  test::write_text(cfg.state_dir + "/job1234.n1.gpu9.json", "{", 0644);
+  test::write_text(cfg.state_dir + "/job5.n1.gpu0.json", "{", 0644);
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(out.ok());
+  EXPECT_EQ(out.stopped.size(), 2u);
+  ASSERT_EQ(out.warnings.size(), 1u);
+  EXPECT_NE(out.warnings[0].find("job1234.n1.gpu9.json"), std::string::npos) << out.warnings[0];
+}
+
+TEST_F(PrologTest, EpilogRefusesAnUntrustedStateDir) {
+  auto mine = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  chmod(cfg.state_dir.c_str(), 0777);
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_FALSE(out.ok());
+  EXPECT_TRUE(out.stopped.empty());
+  EXPECT_TRUE(d.proc.alive(mine[0].pid));
+}
+
+}  // namespace
+}  // namespace unilab::mps

@@ -1,0 +1,354 @@
+#include "common/safefs.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "common/errors.hpp"
+#include "tests/unit/doubles.hpp"
+
+namespace unilab::mps {
+namespace {
+
+using test::error_of;
+using test::TempDir;
+
+Fd open_dir(const std::string& path) { return Fd(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)); }
+
+// --- open_trusted_dir ---------------------------------------------------------
+
+TEST(OpenTrustedDir, AcceptsTmpAndOurOwnPrivateDir) {
+  TempDir tmp;
+  EXPECT_TRUE(open_trusted_dir("/tmp", geteuid()));  // root-owned and sticky
+  EXPECT_TRUE(open_trusted_dir("/", geteuid()));
+  test::make_dir(tmp / "a", 0755);
+  test::make_dir(tmp / "a/b", 0700);
+  Fd fd = open_trusted_dir(tmp / "a/b", geteuid());
+  ASSERT_TRUE(fd);
+  struct stat st {};
+  ASSERT_EQ(fstat(fd.get(), &st), 0);
+  struct stat want {};
+  ASSERT_EQ(stat((tmp / "a/b").c_str(), &want), 0);
+  EXPECT_EQ(st.st_ino, want.st_ino);
+  // Redundant slashes and "." are fine; ".." and relative paths are not.
+  EXPECT_TRUE(open_trusted_dir(tmp.path() + "//a/./b/", geteuid()));
+  EXPECT_THROW(open_trusted_dir(tmp.path() + "/a/../a", geteuid()), CudaMpsError);
+  EXPECT_THROW(open_trusted_dir("tmp", geteuid()), CudaMpsError);
+  EXPECT_THROW(open_trusted_dir("", geteuid()), CudaMpsError);
+}
+
+TEST(OpenTrustedDir, RefusesASymlinkComponentNamingIt) {
+  TempDir tmp;
+  test::make_dir(tmp / "real", 0700);
+  test::make_dir(tmp / "real/inner", 0700);
+  ASSERT_EQ(symlink((tmp / "real").c_str(), (tmp / "link").c_str()), 0);
+  std::string e = error_of([&] { open_trusted_dir(tmp / "link/inner", geteuid()); });
+  EXPECT_NE(e.find(tmp / "link"), std::string::npos) << e;
+  EXPECT_NE(e.find("symlink"), std::string::npos) << e;
+  // A symlink as the last component too.
+  e = error_of([&] { open_trusted_dir(tmp / "link", geteuid()); });
+  EXPECT_NE(e.find("symlink"), std::string::npos) << e;
+}
+
+TEST(OpenTrustedDir, RefusesAFileComponentAndAMissingOne) {
+  TempDir tmp;
+  test::write_text(tmp / "file", "x");
+  EXPECT_THROW(open_trusted_dir(tmp / "file", geteuid()), CudaMpsError);
+  std::string e = error_of([&] { open_trusted_dir(tmp / "missing/x", geteuid()); });
+  EXPECT_NE(e.find("missing"), std::string::npos) << e;
+}
+
+TEST(OpenTrustedDir, RefusesGroupOrOtherWritableDirectories) {
+  TempDir tmp;
+  test::make_dir(tmp / "gw", 0770);
+  std::string e = error_of([&] { open_trusted_dir(tmp / "gw", geteuid()); });
+  EXPECT_NE(e.find(tmp / "gw"), std::string::npos) << e;
+  EXPECT_NE(e.find("writable"), std::string::npos) << e;
+  test::make_dir(tmp / "ow", 0703);
+  EXPECT_THROW(open_trusted_dir(tmp / "ow", geteuid()), CudaMpsError);
+  // Sticky is accepted only for root-owned dirs (like /tmp): ours is not, when we are not root.
+  test::make_dir(tmp / "sticky", 01777);
+  if (geteuid() != 0) {
+    EXPECT_THROW(open_trusted_dir(tmp / "sticky", geteuid()), CudaMpsError);
+  }
+  // A dir below a loose one is refused too (every component is checked).
+  test::make_dir(tmp / "gw/inner", 0700);
+  EXPECT_THROW(open_trusted_dir(tmp / "gw/inner", geteuid()), CudaMpsError);
+}
+
+TEST(OpenTrustedDir, RefusesADirectoryOwnedByAnotherUser) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root to chown a directory to another uid";
+  TempDir tmp;
+  test::make_dir(tmp / "theirs", 0755);
+  ASSERT_EQ(chown((tmp / "theirs").c_str(), test::kOtherUid, test::kOtherGid), 0);
+  std::string e = error_of([&] { open_trusted_dir(tmp / "theirs", 1000); });
+  EXPECT_NE(e.find("uid 65534"), std::string::npos) << e;
+  EXPECT_NE(e.find(tmp / "theirs"), std::string::npos) << e;
+  // The same dir is trusted for its owner.
+  EXPECT_TRUE(open_trusted_dir(tmp / "theirs", test::kOtherUid));
+}
+
+// --- ensure_trusted_dir --------------------------------------------------------
+
+TEST(EnsureTrustedDir, CreatesMissingComponentsWithTheMode) {
+  TempDir tmp;
+  Fd fd = ensure_trusted_dir(tmp / "x/y/z", geteuid(), geteuid(), getegid(), 0750);
+  ASSERT_TRUE(fd);
+  for (const char* p : {"x", "x/y", "x/y/z"}) {
+    EXPECT_TRUE(S_ISDIR(test::mode_of(tmp / p))) << p;
+    EXPECT_EQ(test::mode_of(tmp / p) & 07777, 0750u) << p;
+  }
+  // Existing components are accepted and keep their mode.
+  test::make_dir(tmp / "keep", 0700);
+  ensure_trusted_dir(tmp / "keep/new", geteuid(), geteuid(), getegid(), 0755);
+  EXPECT_EQ(test::mode_of(tmp / "keep") & 07777, 0700u);
+  EXPECT_EQ(test::mode_of(tmp / "keep/new") & 07777, 0755u);
+}
+
+TEST(EnsureTrustedDir, NeverCreatesThroughASymlink) {
+  TempDir tmp;
+  test::make_dir(tmp / "target", 0700);
+  ASSERT_EQ(symlink((tmp / "target").c_str(), (tmp / "link").c_str()), 0);
+  EXPECT_THROW(ensure_trusted_dir(tmp / "link/sub", geteuid(), geteuid(), getegid(), 0700), CudaMpsError);
+  EXPECT_FALSE(test::exists(tmp / "target/sub"));
+}
+
+TEST(EnsureTrustedDir, ChownsNewComponentsWhenRoot) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root to create directories for another uid";
+  TempDir tmp;
+  ensure_trusted_dir(tmp / "state", test::kOtherUid, test::kOtherUid, test::kOtherGid, 0700);
+  EXPECT_EQ(test::owner_of(tmp / "state"), test::kOtherUid);
+}
+
+// --- ensure_private_dir --------------------------------------------------------
+
+TEST(EnsurePrivateDir, Creates0700AndReportsCreation) {
+  TempDir tmp;
+  umask(022);
+  Fd parent = open_dir(tmp.path());
+  bool created = false;
+  Fd d = ensure_private_dir(parent.get(), "daemon", geteuid(), getegid(), &created);
+  EXPECT_TRUE(d);
+  EXPECT_TRUE(created);
+  EXPECT_EQ(test::mode_of(tmp / "daemon") & 07777, 0700u);
+  EXPECT_TRUE(S_ISDIR(test::mode_of(tmp / "daemon")));
+  // A second call accepts it and says it existed.
+  ensure_private_dir(parent.get(), "daemon", geteuid(), getegid(), &created);
+  EXPECT_FALSE(created);
+}
+
+TEST(EnsurePrivateDir, RefusesAnExistingSymlink) {
+  TempDir tmp;
+  test::make_dir(tmp / "elsewhere", 0700);
+  ASSERT_EQ(symlink((tmp / "elsewhere").c_str(), (tmp / "daemon").c_str()), 0);
+  Fd parent = open_dir(tmp.path());
+  std::string e = error_of([&] { ensure_private_dir(parent.get(), "daemon", geteuid(), getegid()); });
+  EXPECT_NE(e.find("symlink"), std::string::npos) << e;
+  EXPECT_TRUE(S_ISLNK(test::mode_of(tmp / "daemon")));
+}
+
+TEST(EnsurePrivateDir, RefusesAnExistingLooseDirectory) {
+  TempDir tmp;
+  test::make_dir(tmp / "daemon", 0755);
+  Fd parent = open_dir(tmp.path());
+  std::string e = error_of([&] { ensure_private_dir(parent.get(), "daemon", geteuid(), getegid()); });
+  EXPECT_NE(e.find("755"), std::string::npos) << e;
+  EXPECT_EQ(test::mode_of(tmp / "daemon") & 07777, 0755u);  // not silently "fixed"
+}
+
+TEST(EnsurePrivateDir, RefusesAnExistingFile) {
+  TempDir tmp;
+  test::write_text(tmp / "daemon", "x");
+  Fd parent = open_dir(tmp.path());
+  EXPECT_THROW(ensure_private_dir(parent.get(), "daemon", geteuid(), getegid()), CudaMpsError);
+}
+
+TEST(EnsurePrivateDir, RefusesUnsafeNames) {
+  TempDir tmp;
+  Fd parent = open_dir(tmp.path());
+  for (const char* n : {"..", ".", "a/b", "", ".hidden"}) {
+    EXPECT_THROW(ensure_private_dir(parent.get(), n, geteuid(), getegid()), CudaMpsError) << n;
+  }
+}
+
+TEST(EnsurePrivateDir, RefusesAnExistingDirectoryOfAnotherUid) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root to chown a directory to another uid";
+  TempDir tmp;
+  test::make_dir(tmp / "daemon", 0700);
+  ASSERT_EQ(chown((tmp / "daemon").c_str(), test::kOtherUid, test::kOtherGid), 0);
+  Fd parent = open_dir(tmp.path());
+  std::string e = error_of([&] { ensure_private_dir(parent.get(), "daemon", 1000, 1000); });
+  EXPECT_NE(e.find("65534"), std::string::npos) << e;
+}
+
+TEST(EnsurePrivateDir, CreatesForTheTargetUserWhenRoot) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root to chown";
+  TempDir tmp;
+  Fd parent = open_dir(tmp.path());
+  ensure_private_dir(parent.get(), "u", test::kOtherUid, test::kOtherGid);
+  EXPECT_EQ(test::owner_of(tmp / "u"), test::kOtherUid);
+  EXPECT_EQ(test::mode_of(tmp / "u") & 07777, 0700u);
+}
+
+// --- write_file_atomic / read_file_at -------------------------------------------
+
+TEST(WriteFileAtomic, ReplacesContentAndLeavesNoTempFile) {
+  TempDir tmp;
+  Fd dir = open_dir(tmp.path());
+  write_file_atomic(dir.get(), "rec.json", "first\n", 0600);
+  EXPECT_EQ(test::read_text(tmp / "rec.json"), "first\n");
+  EXPECT_EQ(test::mode_of(tmp / "rec.json") & 07777, 0600u);
+  write_file_atomic(dir.get(), "rec.json", "second, longer content\n", 0644);
+  EXPECT_EQ(test::read_text(tmp / "rec.json"), "second, longer content\n");
+  EXPECT_EQ(test::mode_of(tmp / "rec.json") & 07777, 0644u);
+  EXPECT_EQ(test::dir_entries(tmp.path()), (std::vector<std::string>{"rec.json"}));
+  write_file_atomic(dir.get(), "empty", "", 0600);
+  EXPECT_EQ(test::read_text(tmp / "empty"), "");
+}
+
+TEST(WriteFileAtomic, ReplacesAPlantedSymlinkInsteadOfWritingThroughIt) {
+  TempDir tmp;
+  test::write_text(tmp / "victim", "precious\n");
+  ASSERT_EQ(symlink((tmp / "victim").c_str(), (tmp / "rec.json").c_str()), 0);
+  Fd dir = open_dir(tmp.path());
+  write_file_atomic(dir.get(), "rec.json", "record\n", 0600);
+  EXPECT_EQ(test::read_text(tmp / "victim"), "precious\n");
+  EXPECT_TRUE(S_ISREG(test::mode_of(tmp / "rec.json")));
+  EXPECT_EQ(test::read_text(tmp / "rec.json"), "record\n");
+}
+
+TEST(WriteFileAtomic, FailureLeavesNoTempFile) {
+  TempDir tmp;
+  test::make_dir(tmp / "rec.json", 0700);
+  test::write_text(tmp / "rec.json/keep", "x");  // rename over a non-empty dir fails
+  Fd dir = open_dir(tmp.path());
+  EXPECT_THROW(write_file_atomic(dir.get(), "rec.json", "data", 0600), CudaMpsError);
+  EXPECT_EQ(test::dir_entries(tmp.path()), (std::vector<std::string>{"rec.json"}));
+}
+
+TEST(ReadFileAt, ReadsRegularFilesAndMissingIsNullopt) {
+  TempDir tmp;
+  test::write_text(tmp / "f", std::string("a\0b", 3));
+  Fd dir = open_dir(tmp.path());
+  EXPECT_EQ(read_file_at(dir.get(), "f"), std::string("a\0b", 3));
+  EXPECT_FALSE(read_file_at(dir.get(), "missing"));
+}
+
+TEST(ReadFileAt, RefusesASymlink) {
+  TempDir tmp;
+  test::write_text(tmp / "target", "secret");
+  ASSERT_EQ(symlink((tmp / "target").c_str(), (tmp / "link").c_str()), 0);
+  Fd dir = open_dir(tmp.path());
+  std::string e = error_of([&] { read_file_at(dir.get(), "link"); });
+  EXPECT_NE(e.find("symlink"), std::string::npos) << e;
+  // Also a dangling one.
+  ASSERT_EQ(symlink((tmp / "nowhere").c_str(), (tmp / "dangling").c_str()), 0);
+  EXPECT_THROW(read_file_at(dir.get(), "dangling"), CudaMpsError);
+}
+
+TEST(ReadFileAt, RefusesAFifoAndADirectory) {
+  TempDir tmp;
+  ASSERT_EQ(mkfifo((tmp / "fifo").c_str(), 0600), 0);
+  test::make_dir(tmp / "dir", 0700);
+  Fd dir = open_dir(tmp.path());
+  std::string e = error_of([&] { read_file_at(dir.get(), "fifo"); });  // must not block either
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+  EXPECT_THROW(read_file_at(dir.get(), "dir"), CudaMpsError);
+}
+
+TEST(ReadFileAt, RefusesOversizedFiles) {
+  TempDir tmp;
+  test::write_text(tmp / "big", std::string(101, 'x'));
+  test::write_text(tmp / "fits", std::string(100, 'x'));
+  Fd dir = open_dir(tmp.path());
+  std::string e = error_of([&] { read_file_at(dir.get(), "big", 100); });
+  EXPECT_NE(e.find("larger"), std::string::npos) << e;
+  EXPECT_EQ(read_file_at(dir.get(), "fits", 100)->size(), 100u);
+}
+
+// --- remove_tree_at ---------------------------------------------------------------
+
+TEST(RemoveTreeAt, RemovesNestedDirectoriesAndFiles) {
+  TempDir tmp;
+  test::make_dir(tmp / "t", 0700);
+  test::make_dir(tmp / "t/a", 0700);
+  test::make_dir(tmp / "t/a/b", 0500);  // not writable by its owner: still removable by us as parent owner
+  test::write_text(tmp / "t/a/f", "1");
+  test::write_text(tmp / "t/.hidden", "2");
+  ASSERT_EQ(mkfifo((tmp / "t/a/log").c_str(), 0600), 0);
+  ASSERT_TRUE(test::bind_unix_socket(tmp / "t/control"));
+  Fd dir = open_dir(tmp.path());
+  EXPECT_EQ(remove_tree_at(dir.get(), "t"), "");
+  EXPECT_FALSE(test::exists(tmp / "t"));
+  // Missing is success.
+  EXPECT_EQ(remove_tree_at(dir.get(), "t"), "");
+  // A plain file is removed too.
+  test::write_text(tmp / "f", "x");
+  EXPECT_EQ(remove_tree_at(dir.get(), "f"), "");
+  EXPECT_FALSE(test::exists(tmp / "f"));
+}
+
+TEST(RemoveTreeAt, DoesNotFollowASymlinkToADirectoryOutside) {
+  TempDir tmp;
+  test::make_dir(tmp / "outside", 0700);
+  test::write_text(tmp / "outside/keep", "precious");
+  test::make_dir(tmp / "t", 0700);
+  ASSERT_EQ(symlink((tmp / "outside").c_str(), (tmp / "t/evil").c_str()), 0);
+  Fd dir = open_dir(tmp.path());
+  EXPECT_EQ(remove_tree_at(dir.get(), "t"), "");
+  EXPECT_FALSE(test::exists(tmp / "t"));
+  EXPECT_EQ(test::read_text(tmp / "outside/keep"), "precious");
+  // The symlink itself as the target: unlinked, not traversed.
+  ASSERT_EQ(symlink((tmp / "outside").c_str(), (tmp / "top").c_str()), 0);
+  EXPECT_EQ(remove_tree_at(dir.get(), "top"), "");
+  EXPECT_FALSE(test::exists(tmp / "top"));
+  EXPECT_EQ(test::read_text(tmp / "outside/keep"), "precious");
+}
+
+// --- small helpers ---------------------------------------------------------------
+
+TEST(IsSafeName, AcceptsOnlyPlainNames) {
+  for (const char* ok : {"a", "gpu-7fdaf0a5", "job12.n1.gpu0", "A_b-c.d", "0"}) EXPECT_TRUE(is_safe_name(ok)) << ok;
+  for (const char* bad : {"", ".", "..", ".hidden", "a/b", "a b", "a\nb", "x;rm", "ü", "a\\b", "$(id)"}) {
+    EXPECT_FALSE(is_safe_name(bad)) << bad;
+  }
+  EXPECT_TRUE(is_safe_name(std::string(128, 'a')));
+  EXPECT_FALSE(is_safe_name(std::string(129, 'a')));
+}
+
+TEST(SplitParent, SplitsAbsolutePaths) {
+  EXPECT_EQ(split_parent("/a/b"), (std::pair<std::string, std::string>{"/a", "b"}));
+  EXPECT_EQ(split_parent("/a/b/"), (std::pair<std::string, std::string>{"/a", "b"}));
+  EXPECT_EQ(split_parent("/a"), (std::pair<std::string, std::string>{"/", "a"}));
+  EXPECT_EQ(split_parent("/run/unilab-mps/run/job1.n1.gpu0/pipe"),
+            (std::pair<std::string, std::string>{"/run/unilab-mps/run/job1.n1.gpu0", "pipe"}));
+}
+
+TEST(ListDirAndEntryOwner, SeeEntriesWithoutFollowing) {
+  TempDir tmp;
+  test::write_text(tmp / "b", "");
+  test::make_dir(tmp / "a", 0700);
+  ASSERT_EQ(symlink("/nonexistent", (tmp / "c").c_str()), 0);
+  Fd dir = open_dir(tmp.path());
+  EXPECT_EQ(list_dir(dir.get()), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(list_dir(dir.get()), (std::vector<std::string>{"a", "b", "c"}));  // repeatable on one fd
+  EXPECT_EQ(entry_owner(dir.get(), "c"), geteuid());  // the dangling link itself
+  EXPECT_FALSE(entry_owner(dir.get(), "missing"));
+}
+
+TEST(FdHandle, ClosesAndMoves) {
+  int raw = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(raw, 0);
+  {
+    Fd a(raw);
+    Fd b(std::move(a));
+    EXPECT_FALSE(a);  // NOLINT(bugprone-use-after-move)
+    EXPECT_EQ(b.get(), raw);
+  }
+  EXPECT_EQ(fcntl(raw, F_GETFD), -1);  // closed by the destructor
+}
+
+}  // namespace
+}  // namespace unilab::mps
