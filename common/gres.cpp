@@ -46,11 +46,15 @@ std::vector<std::string_view> split_top(std::string_view s) {
 
 std::vector<std::string> expand_hostlist(std::string_view expr) {
   std::vector<std::string> out;
+  // Slurm's own hostlists stop at 64 Ki names; without a bound, ranges that
+  // multiply (`n[0-99999][0-99999]`) exhaust memory (found by fuzz_gres).
+  constexpr size_t kMaxNames = 1 << 16;
   for (std::string_view part : split_top(trim(expr))) {
     part = trim(part);
     if (part.empty()) continue;
     size_t open = part.find('[');
     if (open == std::string_view::npos) {
+      if (out.size() >= kMaxNames) throw CudaMpsError(fmt::format("'{}' expands to more than {} names", expr.substr(0, 80), kMaxNames));
       out.emplace_back(part);
       continue;
     }
@@ -68,6 +72,9 @@ std::vector<std::string> expand_hostlist(std::string_view expr) {
       long lo = 0, hi = 0;
       if (!to_int(lo_s, lo) || !to_int(hi_s, hi) || lo < 0 || hi < lo || hi - lo > 100000) {
         throw CudaMpsError(fmt::format("bad range '{}' in '{}'", r, part));
+      }
+      if (static_cast<size_t>(hi - lo + 1) * rests.size() > kMaxNames - out.size()) {
+        throw CudaMpsError(fmt::format("'{}' expands to more than {} names", expr.substr(0, 80), kMaxNames));
       }
       for (long n = lo; n <= hi; ++n) {
         std::string num = std::to_string(n);

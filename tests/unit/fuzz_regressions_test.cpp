@@ -1,0 +1,57 @@
+// Inputs the libFuzzer targets in tests/fuzz/ found (scripts/fuzz), kept as
+// regression tests: each must now end in a clean CudaMpsError (or a value),
+// quickly and in bounded memory.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "common/errors.hpp"
+#include "common/gres.hpp"
+
+namespace unilab::mps {
+namespace {
+
+// What tests/fuzz/fuzz_gres.cpp does with one input: "<node>\n<gres.conf>".
+void gres_target(std::string_view input) {
+  size_t nl = input.find('\n');
+  std::string node(input.substr(0, nl == std::string_view::npos ? input.size() : nl));
+  std::string_view rest = nl == std::string_view::npos ? std::string_view() : input.substr(nl + 1);
+  try {
+    (void)parse_gres_conf(rest, node);
+  } catch (const CudaMpsError&) {
+  }
+  try {
+    (void)expand_hostlist(node);
+  } catch (const CudaMpsError&) {
+  }
+  try {
+    (void)parse_gpu_index_list(node);
+  } catch (const CudaMpsError&) {
+  }
+}
+
+// fuzz_gres oom-6ce03394355b059fbbff278808c92900ff33fa38: two ranges whose
+// product is ~9e7 names made expand_hostlist allocate past 2 GiB.
+TEST(FuzzRegressions, GresHostlistRangeProductIsBounded) {
+  static const unsigned char kInput[] = {
+      0x49, 0x5d, 0x5d, 0x5d, 0x5d, 0x09, 0xa7, 0x49, 0xd3, 0x73, 0x55, 0x00, 0x00, 0x5d, 0x5d, 0x5d, 0x5d, 0x5d, 0x5d,
+      0x5d, 0x5d, 0x5d, 0x5d, 0x5d, 0x5b, 0x33, 0x33, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c,
+      0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c,
+      0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x1c, 0x62, 0x5d, 0x5d, 0x5d, 0x5d, 0x5d, 0x5d, 0x5d, 0x5d, 0x5b,
+      0x31, 0x35, 0x2d, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
+      0x30, 0x33, 0x30, 0x33, 0x33, 0x5d, 0x5d, 0x5b, 0x31, 0x35, 0x2d, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
+      0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x33, 0x30, 0x33, 0x33, 0x33, 0x0a, 0x35, 0x33, 0x01, 0x33,
+      0x33, 0x30, 0x20, 0x33};
+  gres_target(std::string_view(reinterpret_cast<const char*>(kInput), sizeof kInput));
+  EXPECT_THROW(expand_hostlist("n[15-3033][15-30333]"), CudaMpsError);
+  EXPECT_THROW(expand_hostlist("n[0-99999][0-99999]"), CudaMpsError);
+  EXPECT_THROW(parse_gres_conf("NodeName=gpu[0-9999][0-9999] Name=gpu File=/dev/nvidia0\n", "n1"), CudaMpsError);
+  // Up to the bound, hostlists still expand.
+  EXPECT_EQ(expand_hostlist("n[0-255][0-255]").size(), 65536u);
+  EXPECT_THROW(expand_hostlist("n[0-255][0-255],x"), CudaMpsError);
+  EXPECT_EQ(expand_hostlist("n[01-03],m").size(), 4u);
+}
+
+}  // namespace
+}  // namespace unilab::mps
