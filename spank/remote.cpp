@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "common/gres.hpp"
 #include "common/job.hpp"
 extern "C" {
 #include <slurm/slurm.h>
@@ -40,6 +41,7 @@ int remote_task_init(spank_t sp, int, char**) {
   // UUID visibility, and a daemon only if one serves exactly its GPUs; the
   // job's sruns do the per-task binding.
   const bool batch_step = step_id == SLURM_BATCH_SCRIPT;
+  bool has_gpus = false;
   try {
     TaskContext task;
     task.job_id = std::to_string(job_id);
@@ -48,6 +50,8 @@ int remote_task_init(spank_t sp, int, char**) {
     task.cuda_visible_devices = task_getenv(sp, "CUDA_VISIBLE_DEVICES");
     task.step_gpus = task_getenv(sp, "SLURM_STEP_GPUS");
     task.job_gpus = task_getenv(sp, "SLURM_JOB_GPUS");
+    has_gpus = !parse_gpu_index_list(task.job_gpus.value_or("")).empty() ||
+               !parse_gpu_index_list(task.step_gpus.value_or("")).empty();
     RecordStore store = slurm_record_store(state().config);
     SystemDeviceAccess devices;
     SystemProcReader proc;
@@ -66,7 +70,10 @@ int remote_task_init(spank_t sp, int, char**) {
     }
     return 0;
   } catch (const std::exception& e) {
-    if (batch_step) {
+    // A batch script without GPUs on this node needs no daemon. One with
+    // GPUs whose daemons are missing or dead (failed prolog, crashed
+    // daemon) fails closed like any task: it would run on the GPUs without MPS.
+    if (batch_step && !has_gpus) {
       slurm_verbose("unilab-mps: batch script of job %u left without an MPS daemon: %s", job_id, e.what());
       return 0;
     }
