@@ -409,9 +409,11 @@ std::string NodeDoctorReport::to_text() const {
   std::string out = fmt::format("node {} (slurm.conf {})\n", node.empty() ? "?" : node, slurm_conf);
   for (const auto& c : checks) out += fmt::format("[{:<4}] {:<14} {}\n", c.status, c.name, c.detail);
   if (!gpus.empty()) {
-    out += fmt::format("\n{:<5} {:<32} {:<5} {:<4} {}\n", "GRES", "DEVICE", "MINOR", "SMI", "UUID");
+    size_t w = 6;
+    for (const auto& r : gpus) w = std::max(w, r.device.size());
+    out += fmt::format("\n{:<5} {:<{}} {:<5} {:<4} {}\n", "GRES", "DEVICE", w, "MINOR", "SMI", "UUID");
     for (const auto& r : gpus) {
-      out += fmt::format("{:<5} {:<32} {:<5} {:<4} {}\n", r.gres_index, r.device, r.minor < 0 ? "-" : std::to_string(r.minor),
+      out += fmt::format("{:<5} {:<{}} {:<5} {:<4} {}\n", r.gres_index, r.device, w, r.minor < 0 ? "-" : std::to_string(r.minor),
                          r.nvidia_smi_index ? std::to_string(*r.nvidia_smi_index) : "-",
                          r.problem.empty() ? r.uuid : "NOT MAPPED: " + r.problem);
     }
@@ -521,9 +523,11 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
 
   // the plugin's arguments: what the prolog will use
   PluginConfig cfg;
+  bool cfg_from_plugin = false;
   if (entry) {
     try {
       cfg = parse_plugin_args(entry->args);
+      cfg_from_plugin = true;
       add("plugin-args", "ok", entry->args.empty() ? "defaults" : join(entry->args, " "));
     } catch (const CudaMpsError& e) {
       add("plugin-args", "fail", fmt::format("{}: the plugin refuses to load with these arguments", e.what()));
@@ -579,24 +583,26 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
     add("run-dir", s2, d2);
   }
 
-  // NVIDIA tools, as the plugin will run them
+  // NVIDIA tools, as the plugin will run them (its defaults when no usable line names them)
+  const std::string defaults_note = cfg_from_plugin ? "" : " (plugin default: no usable plugstack line to take it from)";
   std::optional<std::vector<GpuIdentity>> gpus;
   if (!probe.executable(cfg.tools.nvidia_smi)) {
-    add("nvidia-smi", "fail", fmt::format("{} is missing or not executable; install the driver tools or set nvidia_smi=",
-                                          cfg.tools.nvidia_smi));
+    add("nvidia-smi", "fail", fmt::format("{} is missing or not executable; install the driver tools or set nvidia_smi={}",
+                                          cfg.tools.nvidia_smi, defaults_note));
   } else {
     try {
       gpus = discover_gpus(runner, cfg.tools.nvidia_smi);
-      add("nvidia-smi", "ok", fmt::format("{} reports {} GPU{}", cfg.tools.nvidia_smi, gpus->size(), gpus->size() == 1 ? "" : "s"));
+      add("nvidia-smi", "ok", fmt::format("{} reports {} GPU{}{}", cfg.tools.nvidia_smi, gpus->size(), gpus->size() == 1 ? "" : "s",
+                                          defaults_note));
     } catch (const CudaMpsError& e) {
       add("nvidia-smi", "fail", e.what());
     }
   }
   if (probe.executable(cfg.tools.mps_control)) {
-    add("mps-control", "ok", cfg.tools.mps_control + " is executable");
+    add("mps-control", "ok", cfg.tools.mps_control + " is executable" + defaults_note);
   } else {
-    add("mps-control", "fail", fmt::format("{} is missing or not executable; install the NVIDIA MPS tools or set mps_control=",
-                                           cfg.tools.mps_control));
+    add("mps-control", "fail", fmt::format("{} is missing or not executable; install the NVIDIA MPS tools or set mps_control={}",
+                                           cfg.tools.mps_control, defaults_note));
   }
 
   // gres.conf -> the node's GPU table
@@ -629,10 +635,8 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
           row.nvidia_smi_index = m.gpu->index;
           row.uuid = m.gpu->uuid;
           by_uuid[m.gpu->uuid].push_back(m.gres_index);
-        } else if (!gpus && row.problem.empty()) {
-          row.problem = "nvidia-smi gave no GPU table";
-        } else if (!gpus) {
-          row.problem += " (nvidia-smi gave no GPU table)";
+        } else if (!gpus && m.minor >= 0) {
+          row.problem = fmt::format("minor {}: no nvidia-smi GPU table to map it with", m.minor);
         }
         if (!row.problem.empty()) problems.push_back(fmt::format("GRES {}", row.gres_index));
         rep.gpus.push_back(std::move(row));
