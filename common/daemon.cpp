@@ -93,7 +93,8 @@ std::string tail_suffix(const std::string& log_directory) {
 struct Layout {
   std::string pipe;
   std::string log;
-  std::vector<std::string> owned;
+  std::vector<std::string> owned;    // ours from now on: removed on stop
+  std::vector<std::string> created;  // made by this call: all a refusal may remove
 };
 
 // Creates the daemon's directories, 0700 for the user, never through a
@@ -110,6 +111,7 @@ Layout prepare_directories(const StartRequest& req) {
     bool created = false;
     Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
     l.owned.push_back(req.base_directory + "/" + req.name);
+    if (created) l.created.push_back(req.base_directory + "/" + req.name);
     if (!req.pipe_directory) {
       ensure_private_dir(named.get(), "pipe", req.uid, req.gid);
       l.pipe = req.base_directory + "/" + req.name + "/pipe";
@@ -125,7 +127,10 @@ Layout prepare_directories(const StartRequest& req) {
     Fd p = open_trusted_dir(parent, req.uid);
     bool created = false;
     ensure_private_dir(p.get(), leaf, req.uid, req.gid, &created);
-    if (created) l.owned.push_back(**explicit_dir);
+    if (created) {
+      l.owned.push_back(**explicit_dir);
+      l.created.push_back(**explicit_dir);
+    }
     *out = **explicit_dir;
   }
   return l;
@@ -235,6 +240,10 @@ DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, c
   };
 
   if (mps.answers(ep)) {
+    // Someone else's daemon lives there: remove only what this call made.
+    DaemonRecord made = rec;
+    made.owned_directories = layout.created;
+    remove_owned_directories(made);
     throw CudaMpsError(fmt::format("an MPS daemon already answers on {}; stop it or choose another pipe directory", layout.pipe));
   }
   try {

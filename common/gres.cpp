@@ -101,7 +101,8 @@ GresConf parse_gres_conf(std::string_view text, const std::string& node) {
     raw = trim(raw);
     if (!raw.empty() && raw.back() == '\\') {  // continuation
       pending += std::string(raw.substr(0, raw.size() - 1)) + " ";
-      continue;
+      if (end < text.size()) continue;
+      raw = {};  // a continuation on the last line ends the entry
     }
     std::string line = pending + std::string(raw);
     pending.clear();

@@ -354,6 +354,9 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& record
                                    "give it to sbatch/salloc (the allocation)",
                                    task.job_id, task.node, task.job_id));
   }
+  for (const auto& r : records) {
+    if (!r.slurm) throw CudaMpsError(fmt::format("record {} of job {} has no Slurm binding; it is not the plugin's", r.name, task.job_id));
+  }
   const std::vector<NodeGpu>& node_gpus = records.front().slurm->node_gpus;
   std::set<int> job_set;
   for (const auto& r : records) job_set.insert(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end());

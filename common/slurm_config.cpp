@@ -89,6 +89,9 @@ std::string parse_mode(const char* value) {
 }
 
 double parse_thread_percentage(const std::string& value, const std::optional<double>& site_max) {
+  if (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) {
+    throw CudaMpsError(fmt::format("invalid MPS thread percentage '{}': give a number in (0, 100]", value.substr(0, 40)));
+  }
   char* end = nullptr;
   double v = std::strtod(value.c_str(), &end);
   if (value.empty() || end == value.c_str() || *end != '\0' || !(v > 0) || v > 100 || !std::isfinite(v)) {
