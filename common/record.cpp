@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -18,13 +20,39 @@
 namespace unilab::mps {
 namespace {
 
+// An integer field within T's range. nlohmann's get<int>() casts a float
+// such as 1e300 (undefined behaviour) and wraps -1 into a uid: refuse both.
+template <typename T>
+T integer_value(const nlohmann::json& v, const char* key) {
+  if (v.is_number_unsigned()) {
+    auto u = v.get<uint64_t>();
+    if (std::in_range<T>(u)) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    auto i = v.get<int64_t>();
+    if (std::in_range<T>(i)) return static_cast<T>(i);
+  } else {
+    throw CudaMpsError(fmt::format("field '{}' has the wrong type (an integer is needed)", key));
+  }
+  throw CudaMpsError(fmt::format("field '{}' is out of range", key));
+}
+
 template <typename T>
 T field(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) throw CudaMpsError(fmt::format("missing field '{}'", key));
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw CudaMpsError(fmt::format("field '{}' has the wrong type", key));
+  const nlohmann::json& v = j.at(key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return integer_value<T>(v, key);
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (!v.is_array()) throw CudaMpsError(fmt::format("field '{}' has the wrong type (an array is needed)", key));
+    std::vector<int> out;
+    for (const auto& e : v) out.push_back(integer_value<int>(e, key));
+    return out;
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw CudaMpsError(fmt::format("field '{}' has the wrong type", key));
+    }
   }
 }
 
