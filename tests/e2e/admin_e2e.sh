@@ -156,6 +156,8 @@ check "a client connected" test "$c" -gt 0
 check "both limits came before the first client" test "$t" -gt 0 -a "$m" -gt 0 -a "$t" -lt "$c" -a "$m" -lt "$c"
 check "the daemon reports the thread percentage" bash -c "echo get_default_active_thread_percentage | \
   su unimps1 -s /bin/sh -c 'CUDA_MPS_PIPE_DIRECTORY=$RUN_DIR/job$job.n1.gpu0/pipe $FAKES/nvidia-cuda-mps-control' | grep -qx 25.0"
+check "the daemon reports the pinned memory limit of its device 0" bash -c "echo get_default_device_pinned_mem_limit 0 | \
+  su unimps1 -s /bin/sh -c 'CUDA_MPS_PIPE_DIRECTORY=$RUN_DIR/job$job.n1.gpu0/pipe $FAKES/nvidia-cuda-mps-control' | grep -qx 2048M"
 
 st=$("$CLI" status --job "$job" --node n1 --state-dir "$STATE_DIR" --nvidia-smi "$FAKES/nvidia-smi" 2>&1)
 expect_contains "status --job (root) lists the job's daemon" "$st" "job$job.n1.gpu0"
