@@ -12,6 +12,8 @@
 #   CLUSTER_NODES      1 or 2 (nodes n1[, n2] on this host, distinct slurmd ports)
 #   CLUSTER_PORT_BASE  slurmctld port; slurmd of node i gets base+i (default 16817)
 #   GPU_MINORS         fake GPU minors in GRES order (default "3 1 0 2")
+#   CLUSTER_CPUS       CPUs declared per node (default 8; config_overrides lets
+#                      it exceed the machine's cores, e.g. 32 for -n32 jobs)
 #   PLUGIN_SO          absolute path of unilab_mps.so; unset/empty: plugstack.conf
 #                      without any plugin (PlugStackConfig always points at ours)
 #   PLUGIN_ARGS        key=value plugin arguments (one string, split on blanks)
@@ -375,8 +377,8 @@ EOF
         # cluster_restart_slurmd can switch a plugin on later.
         printf 'PlugStackConfig=%s/etc/plugstack.conf\n' "$d"
         for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do
-            printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=8 RealMemory=1000 Gres=gpu:%d State=UNKNOWN\n' \
-                "$i" "$host" "$((base + i))" "$ngpu"
+            printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN\n' \
+                "$i" "$host" "$((base + i))" "${CLUSTER_CPUS:-8}" "$ngpu"
         done
         printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
         [[ -z ${CLUSTER_EXTRA_CONF:-} ]] || printf '%s\n' "$CLUSTER_EXTRA_CONF"
@@ -503,7 +505,8 @@ wait_nodes_idle() {
     while :; do
         ok=1
         for n in "${nodes[@]}"; do
-            st=$(sinfo -h -n "$n" -N -o '%T' 2>/dev/null || true)
+            # one line per partition the node is in: the same state on each
+            st=$(sinfo -h -n "$n" -N -o '%T' 2>/dev/null | sort -u || true)
             [[ $st == idle ]] || { ok=0; break; }
         done
         ((ok)) && return 0
