@@ -1,0 +1,425 @@
+#!/usr/bin/env bash
+# Real-GPU check of unilab-mps on a machine with an NVIDIA GPU and no Slurm
+# (e.g. one H200 with CUDA, PyTorch, CMake and a compiler, no Debian packages,
+# no network). In a few minutes it:
+#   1. records the machine (nvidia-smi queries only) and builds the project
+#      (bundled headers from tests/gpu/prepare.sh; falls back to the
+#      binaries prepare.sh built when the build fails);
+#   2. starts a real daemon with `unilab-mps start`, checks `status`, `env`
+#      and the record (pid, start time, uid) against the real
+#      nvidia-cuda-mps-control process and its pipe/log directories;
+#   3. runs a PyTorch client under it, sees it in get_server_list /
+#      get_client_list, runs `unilab-mps probe --requested mps` from inside
+#      the client;
+#   4. stops it with `unilab-mps stop` and proves nothing is left;
+#   5. measures what MPS is for: two processes launching many small kernels
+#      at once, aggregate throughput under one daemon vs time slicing;
+#   6. stops a daemon while a client is attached (bounded by --timeout) and
+#      records what the real MPS does;
+#   and writes OUT/gpu-results.json, OUT/gpu-report.md (facts compared with
+#   DESIGN.md's "NVIDIA MPS facts", throughput table) and the raw outputs.
+#
+# It never changes the compute mode, clocks, persistence or MIG layout and
+# never resets the GPU: nvidia-smi is only ever called through `smi`, which
+# allows query options only. MPS works in the default compute mode.
+#
+# --dry-run runs the same flow against the fake nvidia-smi /
+# nvidia-cuda-mps-control / CUDA client (tests/fakes) on any Linux machine:
+# every step except CUDA itself.
+#
+# Usage: tests/gpu/run_gpu_check.sh [--dry-run] [--out DIR] [--gpu INDEX]
+#          [--prebuilt] [--bench-seconds S] [--bench-reps N] [--no-busy-stop] [--keep]
+# Exit: 0 all unilab-mps checks passed (differences of the real MPS from
+# DESIGN.md are reported, not failures), 1 a check failed, 2 usage/setup.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+DRY=0 OUT_DIR='' GPU=0 PREBUILT=0 BENCH_S=5 BENCH_REPS=2 BUSY_STOP=1 KEEP=0
+while (($#)); do
+  case $1 in
+  --dry-run) DRY=1 ;;
+  --out) OUT_DIR=${2:?--out DIR}; shift ;;
+  --gpu) GPU=${2:?--gpu INDEX}; shift ;;
+  --prebuilt) PREBUILT=1 ;;
+  --bench-seconds) BENCH_S=${2:?}; shift ;;
+  --bench-reps) BENCH_REPS=${2:?}; shift ;;
+  --no-busy-stop) BUSY_STOP=0 ;;
+  --keep) KEEP=1 ;;
+  -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "run_gpu_check.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $GPU =~ ^[0-9]+$ ]] || { echo "--gpu takes an nvidia-smi index" >&2; exit 2; }
+OUT=${OUT_DIR:-${OUT:-$PWD/gpu-check-out}}
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+: >"$OUT/facts.tsv"
+: >"$OUT/run.log"
+# Short: <work>/r/<name>/pipe/control must fit a UNIX socket path (108 bytes).
+WORK=$(mktemp -d /tmp/umg.XXXXXX) || exit 2
+chmod 755 "$WORK"
+T_START=$SECONDS
+FAILED=0
+
+log() { printf '[gpu-check %s] %s\n' "$(date +%T)" "$*" | tee -a "$OUT/run.log" >&2; }
+# fact ID WHAT EXPECTED OBSERVED VERDICT   (verdict: ok | fail | differs | info)
+clean() { printf '%s' "$1" | tr '\t\n' '  ' | cut -c1-600; }
+fact() {
+  local v=$5
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$(clean "$2")" "$(clean "$3")" "$(clean "$4")" "$v" >>"$OUT/facts.tsv"
+  [ "$v" = fail ] && FAILED=1
+  log "$v: $1: $2 -> $(clean "$4" | cut -c1-160)"
+  return 0
+}
+# check ID WHAT EXPECTED OBSERVED: ok when equal, fail otherwise
+check() { if [ "$3" = "$4" ]; then fact "$1" "$2" "$3" "$4" ok; else fact "$1" "$2" "$3" "$4" fail; fi; }
+# mps_fact ID WHAT DESIGN_SAYS OBSERVED MATCHES(0/1): real MPS vs DESIGN.md
+mps_fact() { if [ "$5" = 1 ]; then fact "$1" "$2" "$3" "$4" ok; else fact "$1" "$2" "$3" "$4" differs; fi; }
+# jq-less JSON: jget FILE PYTHON_EXPR_ON_d
+jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=eval(sys.argv[2]); print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list,bool)) else v))' "$1" "$2" 2>/dev/null; }
+canon() { printf '%s' "$1" | tr '[:upper:]' '[:lower:]' | sed 's/^gpu-//; s/-//g'; }
+start_ticks() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; read -r -a f <<<"$s"; printf '%s' "${f[19]}"; }
+proc_alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [[ ${s:0:1} != Z && ${s:0:1} != X ]]; }
+# Processes whose environment names a pipe directory under WORK: ours only.
+our_mps_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    grep -qz "^CUDA_MPS_PIPE_DIRECTORY=$WORK/" "$p/environ" 2>/dev/null && printf '%s\n' "${p#/proc/}"
+  done
+  return 0
+}
+
+# nvidia-smi, queries only: anything that could change the GPU is refused.
+smi() {
+  local a
+  for a in "$@"; do
+    case $a in
+    -L | -q | --list-gpus | --query | -i | --id=* | --query-gpu=* | --query-compute-apps=* | --format=* | [0-9] | [0-9][0-9] | GPU-* | MIG-*) ;;
+    *) log "refusing nvidia-smi argument '$a' (queries only)"; return 99 ;;
+    esac
+  done
+  timeout 60 "$NVSMI" "$@"
+}
+
+CLIENT_PIDS=()
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+  local p
+  for p in "${CLIENT_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  [ -n "${UM:-}" ] && [ -x "$UM" ] && timeout 60 "$UM" stop --all --timeout 5 >>"$OUT/run.log" 2>&1
+  for p in $(our_mps_pids); do
+    log "cleanup: killing leftover process $p ($(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null))"
+    kill -KILL "$p" 2>/dev/null
+  done
+  if [ "$KEEP" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- 1. machine, tools, build
+log "mode: $([ "$DRY" = 1 ] && echo dry-run with fakes || echo real GPU), out $OUT, work $WORK"
+BUNDLE=$here/bundle
+if [ "$DRY" = 1 ]; then
+  FAKES=${UNILAB_FAKES_DIR:-$BUNDLE/fakes}
+  [ -x "$FAKES/nvidia-smi" ] || { log "--dry-run needs the fakes: run tests/gpu/prepare.sh (or set UNILAB_FAKES_DIR)"; exit 2; }
+  NVSMI=$FAKES/nvidia-smi MPSCTL=$FAKES/nvidia-cuda-mps-control
+else
+  NVSMI=$(command -v nvidia-smi || echo /usr/bin/nvidia-smi)
+  MPSCTL=$(command -v nvidia-cuda-mps-control || echo /usr/bin/nvidia-cuda-mps-control)
+  [ -x "$NVSMI" ] || { log "no nvidia-smi: is this a GPU machine? (use --dry-run elsewhere)"; exit 2; }
+  [ -x "$MPSCTL" ] || { log "no nvidia-cuda-mps-control found in PATH or /usr/bin"; exit 2; }
+fi
+NVSMI=$(readlink -f "$NVSMI") MPSCTL=$(readlink -f "$MPSCTL")
+command -v python3 >/dev/null || { log "python3 is needed (PyTorch client, JSON)"; exit 2; }
+
+{
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "uname=$(uname -srm)"
+  echo "user=$(id -un) uid=$(id -u)"
+  echo "glibc=$(ldd --version 2>/dev/null | head -n1)"
+  echo "cxx=$(c++ --version 2>/dev/null | head -n1)"
+  echo "cmake=$(cmake --version 2>/dev/null | head -n1)"
+  echo "python=$(python3 --version 2>&1)"
+  echo "nvidia_smi=$NVSMI"
+  echo "mps_control=$MPSCTL"
+  echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-(unset)}"
+  echo "CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY-(unset)}"
+} >"$OUT/machine.txt"
+smi >"$OUT/nvidia-smi.txt" 2>&1
+smi -L >"$OUT/nvidia-smi-L.txt" 2>&1
+smi -q >"$OUT/nvidia-smi-q.txt" 2>&1
+smi --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >"$OUT/gpus.csv" 2>&1
+smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-before.csv" 2>&1
+line=$(sed -n "$((GPU + 1))p" "$OUT/gpus.csv")
+mps_fact smi.csv "nvidia-smi CSV row: 'index, uuid, minor, bus, name' separated by ', '" \
+  "0, GPU-<uuid>, <minor>, 00000000:BB:DD.F, <name>" "$line" \
+  "$([[ $line =~ ^[0-9]+,\ GPU-[0-9a-f-]{36},\ [0-9]+,\ [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9],\ .+ ]] && echo 1 || echo 0)"
+UUID=$(printf '%s' "$line" | cut -d, -f2 | tr -d ' ')
+[[ $UUID == GPU-* ]] || { log "cannot read GPU $GPU's UUID from nvidia-smi: $line"; exit 2; }
+L=$(head -n1 "$OUT/nvidia-smi-L.txt")
+mps_fact smi.L "nvidia-smi -L line" "GPU 0: <name> (UUID: GPU-...)" "$L" "$([[ $L =~ ^GPU\ [0-9]+:\ .+\ \(UUID:\ GPU-[0-9a-f-]+\)$ ]] && echo 1 || echo 0)"
+fact smi.modes "compute mode, MIG mode, driver, persistence (read only)" "-" "$(sed -n "$((GPU + 1))p" "$OUT/modes-before.csv")" info
+if [ -S /tmp/nvidia-mps/control ]; then
+  fact ambient "a system-wide MPS daemon on /tmp/nvidia-mps" "none" "present: clients without CUDA_MPS_PIPE_DIRECTORY join it; the baseline below points them elsewhere" info
+fi
+
+log "build"
+BUILD=$WORK/build
+UM=
+if [ "$PREBUILT" = 0 ] && command -v cmake >/dev/null && command -v c++ >/dev/null; then
+  inc=
+  [ -f /usr/include/nlohmann/json.hpp ] && [ -f /usr/include/fmt/format.h ] || inc=$BUNDLE/include
+  if [ -n "$inc" ] && [ ! -f "$inc/nlohmann/json.hpp" ]; then
+    fact build "build from source" "headers available" "no nlohmann/fmt headers and no tests/gpu/bundle/include: run tests/gpu/prepare.sh" fail
+  else
+    gen=()
+    command -v ninja >/dev/null && gen=(-G Ninja)
+    t=$SECONDS
+    if cmake -S "$root" -B "$BUILD" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUNILAB_MPS_BUILD_PLUGIN=OFF \
+      -DUNILAB_MPS_BUILD_TESTS=OFF -DUNILAB_MPS_UNIT_TESTS=OFF ${inc:+-DUNILAB_MPS_THIRD_PARTY_INCLUDE=$inc} >"$OUT/build.log" 2>&1 &&
+      cmake --build "$BUILD" -j "$(nproc)" --target unilab-mps >>"$OUT/build.log" 2>&1; then
+      UM=$BUILD/cli/unilab-mps
+      fact build "build from source (${inc:+bundled headers, }$(c++ --version | head -n1))" "builds" "built in $((SECONDS - t)) s" ok
+    else
+      fact build "build from source" "builds" "failed: $(grep -m3 -E 'error|Error' "$OUT/build.log" | tr '\n' ' ')" fail
+    fi
+  fi
+fi
+if [ -z "$UM" ]; then
+  UM=$BUNDLE/bin/unilab-mps
+  [ -x "$UM" ] || { log "no unilab-mps: the build failed and tests/gpu/bundle/bin is missing (run tests/gpu/prepare.sh)"; exit 1; }
+  "$UM" --help >/dev/null 2>&1 || { fact prebuilt "prebuilt unilab-mps runs here" "runs" "$("$UM" --help 2>&1 | head -n2)" fail; exit 1; }
+  fact prebuilt "using the binaries built by prepare.sh ($(sed -n 's/^glibc_needed=//p' "$BUNDLE/MANIFEST") glibc needed)" "-" "$UM" info
+fi
+export UNILAB_MPS_NVIDIA_SMI=$NVSMI UNILAB_MPS_CONTROL=$MPSCTL
+export UNILAB_MPS_STATE_DIR=$WORK/s UNILAB_MPS_RUN_DIR=$WORK/r
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+
+# ---------------------------------------------------------------- 2. start + record vs reality
+log "start a daemon on GPU $GPU ($UUID)"
+"$UM" doctor "$UUID" --json >"$OUT/doctor.json" 2>>"$OUT/run.log"
+"$UM" start "$UUID" --json >"$OUT/start.json" 2>"$OUT/start.err"
+rc=$?
+check start.rc "unilab-mps start exits 0" 0 "$rc"
+if [ "$rc" -ne 0 ]; then
+  log "start failed: $(cat "$OUT/start.err")"
+else
+  PID=$(jget "$OUT/start.json" 'd["daemons"][0]["pid"]')
+  TICKS=$(jget "$OUT/start.json" 'd["daemons"][0]["process_start_ticks"]')
+  PIPE=$(jget "$OUT/start.json" 'd["daemons"][0]["pipe_directory"]')
+  LOGD=$(jget "$OUT/start.json" 'd["daemons"][0]["log_directory"]')
+  "$UM" status --json >"$OUT/status.json" 2>>"$OUT/run.log"
+  "$UM" status >"$OUT/status.txt" 2>&1
+  check status.live "status --json: the daemon is live" "true" "$(jget "$OUT/status.json" 'd["managed_daemons"][0]["live"]')"
+  check record.pidfile "record pid = the pid file in the pipe directory" "$PID" "$(tr -d ' \n' <"$PIPE/nvidia-cuda-mps-control.pid" 2>/dev/null)"
+  check record.ticks "record start time = field 22 of /proc/PID/stat" "$TICKS" "$(start_ticks "$PID")"
+  check record.uid "daemon runs as the caller" "$(id -u)" "$(awk '/^Uid:/{print $2}' "/proc/$PID/status" 2>/dev/null)"
+  exe=$(readlink "/proc/$PID/exe" 2>/dev/null)
+  check record.exe "the recorded pid is nvidia-cuda-mps-control" "$MPSCTL" "$exe"
+  check daemon.cvd "daemon's CUDA_VISIBLE_DEVICES is the UUID" "$UUID" \
+    "$(tr '\0' '\n' <"/proc/$PID/environ" 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')"
+  check daemon.pipe "daemon's CUDA_MPS_PIPE_DIRECTORY is the recorded one" "$PIPE" \
+    "$(tr '\0' '\n' <"/proc/$PID/environ" 2>/dev/null | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')"
+  check pipe.mode "pipe directory owner:mode" "$(id -un):700" "$(stat -c %U:%a "$PIPE")"
+  listing=$(cd "$PIPE" && for f in *; do printf '%s(%s) ' "$f" "$(stat -c %F "$f" | sed 's/regular empty file/file/; s/regular file/file/')"; done)
+  ls -la "$PIPE" "$LOGD" >"$OUT/pipe-and-log-dirs.txt" 2>&1
+  mps_fact mps.pipedir "pipe directory contents" "control, control_lock, control_privileged, log, nvidia-cuda-mps-control.pid" "$listing" \
+    "$(for f in control control_lock control_privileged log nvidia-cuda-mps-control.pid; do [ -e "$PIPE/$f" ] || { echo 0; exit; }; done; echo 1)"
+  mps_fact mps.socket "control is a UNIX socket" "socket" "$(stat -c %F "$PIPE/control" 2>/dev/null)" "$([ -S "$PIPE/control" ] && echo 1 || echo 0)"
+  mps_fact mps.logdir "log directory holds control.log" "control.log" "$(cd "$LOGD" 2>/dev/null && printf '%s ' *)" "$([ -f "$LOGD/control.log" ] && echo 1 || echo 0)"
+  "$UM" env >"$OUT/env.txt" 2>>"$OUT/run.log"
+  check env.rc "unilab-mps env exits 0" 0 "$?"
+  ENVLINES=$(cat "$OUT/env.txt")
+  eval "$ENVLINES"
+  export CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  check env.cvd "env: CUDA_VISIBLE_DEVICES" "$UUID" "${CUDA_VISIBLE_DEVICES:-}"
+  check env.pipe "env: CUDA_MPS_PIPE_DIRECTORY" "$PIPE" "${CUDA_MPS_PIPE_DIRECTORY:-}"
+  out=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1)
+  mps_fact mps.servers0 "get_server_list before any client" "(empty)" "${out:-(empty)}" "$([ -z "$out" ] && echo 1 || echo 0)"
+  out=$(echo get_default_active_thread_percentage | timeout 20 "$MPSCTL" 2>&1)
+  mps_fact mps.threads "get_default_active_thread_percentage" "100.0" "$out" "$([ "$out" = 100.0 ] && echo 1 || echo 0)"
+  out=$(timeout 20 "$MPSCTL" -d 2>&1); rc=$?
+  mps_fact mps.second "second -d on the same pipe directory" "'An instance of this daemon is already running', exit 1" "'$out', exit $rc" \
+    "$([[ $out == *"already running"* && $rc == 1 ]] && echo 1 || echo 0)"
+  sleep 0.5
+  for p in $(our_mps_pids); do  # a second daemon on our pipe directory, if the real tool started one anyway
+    if [ "$p" = "$PID" ] || [[ $(readlink "/proc/$p/exe" 2>/dev/null) != "$MPSCTL" ]]; then continue; fi
+    fact mps.second.extra "second -d started another daemon" "none" "pid $p ($(tr '\0' ' ' <"/proc/$p/cmdline"))" differs
+    kill "$p"
+  done
+  mkdir -p "$WORK/empty"
+  out=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$WORK/empty timeout 20 "$MPSCTL" 2>&1); rc=$?
+  mps_fact mps.nodaemon "front end without a daemon" "'Cannot find MPS control daemon process', exit 1" "'$out', exit $rc" \
+    "$([[ $out == *"Cannot find MPS control daemon"* && $rc == 1 ]] && echo 1 || echo 0)"
+
+  # ------------------------------------------------------------ 3. a CUDA client under the daemon
+  log "client under the daemon"
+  client=(python3 "$here/mps_client.py" --hold 6 --ready "$WORK/client.json")
+  [ "$DRY" = 1 ] && client+=(--fake "$FAKES/fake-cuda-client")
+  client+=(--probe "$UM" probe --requested mps --learner-device cuda:0 --collector-device cuda:0 --backend torch --json --manifest "$OUT/manifest.json")
+  "${client[@]}" >"$OUT/client.out" 2>&1 &
+  cpid=$!
+  CLIENT_PIDS+=("$cpid")
+  for _ in $(seq 1 300); do [ -s "$WORK/client.json" ] && break; kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
+  if [ ! -s "$WORK/client.json" ] || [ -n "$(jget "$WORK/client.json" 'd.get("error")')" ]; then
+    fact client "a CUDA client runs under the daemon" "runs" "$(cat "$WORK/client.json" "$OUT/client.out" 2>/dev/null | head -c 500)" fail
+  else
+    cp "$WORK/client.json" "$OUT/client.json"
+    cuda_pid=$(jget "$WORK/client.json" 'd["cuda_pid"]')
+    fact client "a CUDA client runs under the daemon" "runs" "pid $cuda_pid$(jget "$WORK/client.json" '", %s, torch %s, CUDA init %s s" % (d["device_name"], d["torch_version"], d["cuda_init_s"]) if "torch_version" in d else " (fake client)"')" ok
+    check client.count "the client sees one device" 1 "$(jget "$WORK/client.json" 'd.get("device_count")')"
+    du=$(jget "$WORK/client.json" 'd.get("device_uuid")')
+    check client.uuid "the client's device is the daemon's GPU (any spelling)" "$(canon "$UUID")" "$(canon "$du")"
+    servers=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1)
+    SERVER=$(printf '%s\n' "$servers" | grep -m1 -E '^[0-9]+$')
+    check mps.server "get_server_list lists one server while the client runs" 1 "$(printf '%s\n' "$servers" | grep -cE '^[0-9]+$')"
+    clients=$(echo "get_client_list ${SERVER:-0}" | timeout 20 "$MPSCTL" 2>&1)
+    check mps.client "get_client_list SERVER lists the client" yes "$(printf '%s\n' "$clients" | grep -qx "$cuda_pid" && echo yes || echo "no (got: $clients)")"
+    if [ -n "$SERVER" ]; then
+      sexe=$(readlink "/proc/$SERVER/exe" 2>/dev/null)
+      fact mps.server.proc "the server process" "nvidia-cuda-mps-server as the client's user" "${sexe:-?} uid $(awk '/^Uid:/{print $2}' "/proc/$SERVER/status" 2>/dev/null)" info
+      SERVER_TICKS=$(start_ticks "$SERVER")
+    fi
+    shm=$(find /dev/shm -maxdepth 1 -iname '*mps*' -printf '%f ' 2>/dev/null | cut -c1-200)
+    mps_fact mps.shm "server files in /dev/shm" "mps.shm.*" "${shm:-(none)}" "$([ -n "$shm" ] && echo 1 || echo 0)"
+    smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader >"$OUT/compute-apps.txt" 2>&1
+    fact smi.apps "nvidia-smi --query-compute-apps while the client runs" "-" "$(tr '\n' ';' <"$OUT/compute-apps.txt")" info
+    prc=$(jget "$WORK/client.json" 'd["probe"]["rc"]')
+    check probe.rc "unilab-mps probe --requested mps from inside the client exits 0" 0 "$prc"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); open(sys.argv[2],"w").write(d["probe"]["stdout"])' "$WORK/client.json" "$OUT/probe.json" 2>/dev/null
+    check probe.validated "probe: validated" true "$(jget "$OUT/probe.json" 'd["validated"]')"
+    check probe.daemon "probe: server_pid is the recorded control daemon (its pid file)" "$PID" "$(jget "$OUT/probe.json" 'd["server_pid"]')"
+    check probe.uuid "probe: learner GPU = the daemon's GPU" "$(canon "$UUID")" "$(canon "$(jget "$OUT/probe.json" 'd["learner_gpu_uuid"]')")"
+  fi
+  wait "$cpid"
+  check client.exit "the client exits 0" 0 "$?"
+
+  # ------------------------------------------------------------ 4. stop, nothing left
+  log "stop"
+  t=$SECONDS
+  "$UM" stop --json >"$OUT/stop.json" 2>>"$OUT/run.log"
+  check stop.rc "unilab-mps stop exits 0" 0 "$?"
+  check stop.outcome "stop outcome (no client attached)" quit "$(jget "$OUT/stop.json" 'd["outcome"]')"
+  fact stop.time "stop took" "-" "$((SECONDS - t)) s" info
+  sleep 0.5
+  check left.daemon "the daemon process is gone" gone "$(proc_alive "$PID" && [ "$(start_ticks "$PID")" = "$TICKS" ] && echo alive || echo gone)"
+  if [ -n "${SERVER:-}" ]; then
+    check left.server "the MPS server process is gone" gone "$(proc_alive "$SERVER" && [ "$(start_ticks "$SERVER")" = "${SERVER_TICKS:-}" ] && echo alive || echo gone)"
+  fi
+  check left.procs "no process with our pipe directory in its environment" "" "$(our_mps_pids | tr '\n' ' ')"
+  check left.dirs "pipe/log directories removed" "" "$(find "$WORK/r" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)"
+  check left.record "record removed" "" "$(find "$WORK/s" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)"
+  "$UM" status --json >"$OUT/status-after.json" 2>>"$OUT/run.log"
+  check left.status "status lists no daemon" 0 "$(jget "$OUT/status-after.json" 'len(d["managed_daemons"])')"
+  unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+
+# ---------------------------------------------------------------- 5. throughput: MPS vs time slicing
+# run_workers TAG NPROC PIPE_DIR: NPROC kernels.py workers at once; prints the aggregate rate
+run_workers() {
+  local tag=$1 n=$2 pipe=$3 i start pids=() fake=()
+  [ "$DRY" = 1 ] && fake=(--fake)
+  start=$(python3 -c 'import time; print(time.time() + float(__import__("sys").argv[1]))' "$([ "$DRY" = 1 ] && echo 1 || echo 12)")
+  for ((i = 0; i < n; i++)); do
+    CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_VISIBLE_DEVICES=$UUID python3 "$here/kernels.py" --seconds "$BENCH_S" --start-at "$start" \
+      --out "$WORK/k-$tag-$i.json" "${fake[@]}" >>"$OUT/kernels.log" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  python3 - "$tag" "$n" "$WORK" "$OUT/bench.jsonl" <<'EOF' || rc=1
+import json, sys
+tag, n, work, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ws = [json.load(open("%s/k-%s-%d.json" % (work, tag, i))) for i in range(n)]
+row = {"tag": tag, "procs": n, "kernels": sum(w["kernels"] for w in ws),
+       "window_s": max(w["elapsed_s"] for w in ws), "late_s": max(w["late_s"] for w in ws),
+       "value_check": all(w.get("value_check", True) for w in ws), "workers": ws}
+row["kernels_per_s"] = round(row["kernels"] / row["window_s"], 1)
+open(out, "a").write(json.dumps(row, sort_keys=True) + "\n")
+print(row["kernels_per_s"])
+EOF
+  return $rc
+}
+log "throughput: ${BENCH_REPS} x (1 and 2 processes, with and without MPS), ${BENCH_S} s each"
+: >"$OUT/bench.jsonl"
+mkdir -p "$WORK/nomps"  # no daemon here: clients run without MPS (time slicing)
+if ! "$UM" start "$UUID" --name bench --json >"$OUT/start-bench.json" 2>>"$OUT/run.log"; then
+  fact bench "start a daemon for the throughput runs" "starts" "$(tail -n2 "$OUT/run.log")" fail
+else
+  BPIPE=$(jget "$OUT/start-bench.json" 'd["daemons"][0]["pipe_directory"]')
+  for ((r = 0; r < BENCH_REPS; r++)); do
+    for cfg in "nomps 1" "nomps 2" "mps 2" "mps 1"; do
+      read -r kind n <<<"$cfg"
+      pipe=$WORK/nomps
+      [ "$kind" = mps ] && pipe=$BPIPE
+      rate=$(run_workers "$kind-$n-$r" "$n" "$pipe") || fact "bench.$kind.$n.$r" "throughput run" "completes" "failed: $(tail -n3 "$OUT/kernels.log" | tr '\n' ' ')" fail
+      log "  $kind x$n: ${rate:-?} kernels/s"
+    done
+  done
+  "$UM" stop bench --json >"$OUT/stop-bench.json" 2>>"$OUT/run.log"
+  check bench.stop "stop the throughput daemon" quit "$(jget "$OUT/stop-bench.json" 'd["outcome"]')"
+fi
+
+# ---------------------------------------------------------------- 6. stop with a client attached
+if [ "$BUSY_STOP" = 1 ]; then
+  log "stop while a client is attached (--timeout 6)"
+  if "$UM" start "$UUID" --name busy --json >"$OUT/start-busy.json" 2>>"$OUT/run.log"; then
+    bpid=$(jget "$OUT/start-busy.json" 'd["daemons"][0]["pid"]')
+    eval "$("$UM" env busy)"
+    export CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    rm -f "$WORK/busy.json"
+    client=(python3 "$here/mps_client.py" --hold 40 --ready "$WORK/busy.json")
+    [ "$DRY" = 1 ] && client+=(--fake "$FAKES/fake-cuda-client")
+    "${client[@]}" >"$OUT/busy-client.out" 2>&1 &
+    cpid=$!
+    CLIENT_PIDS+=("$cpid")
+    for _ in $(seq 1 300); do [ -s "$WORK/busy.json" ] && break; sleep 0.1; done
+    bserver=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1 | grep -m1 -E '^[0-9]+$')
+    bticks=$(start_ticks "${bserver:-0}")
+    t=$(date +%s.%N)
+    "$UM" stop busy --timeout 6 --json >"$OUT/stop-busy.json" 2>>"$OUT/run.log"
+    rc=$?
+    took=$(python3 -c 'import sys,time; print(round(time.time()-float(sys.argv[1]),2))' "$t")
+    check busy.rc "stop with a client attached exits 0 within the timeout" 0 "$rc"
+    fact busy.outcome "outcome of stop --timeout 6 with a client attached" "quit waits for clients, then SIGTERM (terminated)" \
+      "$(jget "$OUT/stop-busy.json" 'd["outcome"]') ($(jget "$OUT/stop-busy.json" 'd["detail"]')) after $took s" info
+    sleep 1
+    check busy.daemon "the control daemon is gone" gone "$(proc_alive "$bpid" && echo alive || echo gone)"
+    if [ -n "$bserver" ]; then
+      if proc_alive "$bserver" && [ "$(start_ticks "$bserver")" = "$bticks" ]; then
+        fact busy.server "the MPS server after its control daemon was stopped" "ends with its control daemon" "still running (pid $bserver) while its client holds it" differs
+      else
+        fact busy.server "the MPS server after its control daemon was stopped" "ends with its control daemon" "gone" ok
+      fi
+    fi
+    if kill -0 "$cpid" 2>/dev/null; then
+      fact busy.client "the attached client after the stop" "-" "still running" info
+      kill "$cpid" 2>/dev/null
+    fi
+    wait "$cpid"
+    fact busy.client.rc "the attached client's exit" "-" "exit $?: $(tail -n2 "$OUT/busy-client.out" | tr '\n' ' ')" info
+    # An orphaned server of ours (same start time as seen, our uid) is ended here, never by name.
+    if [ -n "$bserver" ] && proc_alive "$bserver" && [ "$(start_ticks "$bserver")" = "$bticks" ] &&
+      [ "$(awk '/^Uid:/{print $2}' "/proc/$bserver/status")" = "$(id -u)" ]; then
+      for _ in $(seq 1 50); do proc_alive "$bserver" || break; sleep 0.2; done
+      if proc_alive "$bserver"; then
+        fact busy.orphan "an orphaned MPS server survived 10 s after its client ended" "-" "pid $bserver: SIGTERM" differs
+        kill "$bserver"
+      fi
+    fi
+    unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    check busy.left "nothing of ours left after the busy stop" "" "$(sleep 1; our_mps_pids | tr '\n' ' ')"
+  else
+    fact busy "start a daemon for the busy stop" "starts" "$(tail -n2 "$OUT/run.log")" fail
+  fi
+fi
+
+# ---------------------------------------------------------------- report
+smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-after.csv" 2>&1
+check gpu.untouched "compute mode / MIG / persistence unchanged by the check" "$(cat "$OUT/modes-before.csv")" "$(cat "$OUT/modes-after.csv")"
+fact runtime "whole check" "-" "$((SECONDS - T_START)) s" info
+python3 "$here/summarize.py" "$OUT" "$([ "$DRY" = 1 ] && echo dry-run || echo real)" || FAILED=1
+log "done in $((SECONDS - T_START)) s: $OUT/gpu-report.md$([ "$FAILED" = 1 ] && echo ' (some checks FAILED)')"
+exit "$FAILED"
