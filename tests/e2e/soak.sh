@@ -5,7 +5,8 @@
 # clients must join their job's daemon. Afterwards: zero daemon processes,
 # zero pipe/log dirs, zero records, and no unilab-mps error in the slurmd log.
 # Prints `SOAK jobs=... wall=...` and `CASE soak PASS|FAIL ...` for
-# scripts/reliability-report. Not part of scripts/test.
+# scripts/reliability-report. About a minute for 200 jobs on 2 cores: a
+# step of scripts/test.
 # Usage: tests/e2e/soak.sh BUILD_DIR [--jobs N] [--batch N]
 # Env: CLUSTER_PORT_BASE (default 18200), KEEP_CLUSTER_LOGS=1.
 set -uo pipefail
