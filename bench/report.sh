@@ -1,0 +1,491 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016 # backticks in strings are Markdown, not command substitution
+# Regenerates docs/PERFORMANCE.md (and the table between the bench markers in
+# README.md) from the raw samples scripts/bench wrote. Every number in those
+# files comes from here: medians over the repeated runs, differences of
+# medians, and least-squares fits for the growth.
+#
+# Usage: bench/report.sh RESULTS_CSV PERFORMANCE_MD [README_MD]
+set -euo pipefail
+csv=${1:?usage: $0 RESULTS_CSV PERFORMANCE_MD [README_MD]}
+out=${2:?usage: $0 RESULTS_CSV PERFORMANCE_MD [README_MD]}
+readme=${3:-}
+
+# ---------------------------------------------------------------- statistics
+# key (suite,case,param,latency,metric) -> "n median min max"
+declare -A N MED MIN MAX META
+while IFS=$'\t' read -r key n med mn mx; do
+  N[$key]=$n MED[$key]=$med MIN[$key]=$mn MAX[$key]=$mx
+done < <(awk -F, '
+  /^#/ || NF < 6 { next }
+  { k = $1 "," $2 "," $3 "," $4 "," $5; c = ++cnt[k]; v[k, c] = $6 + 0; if (!(k in seen)) { seen[k] = 1; keys[++nk] = k } }
+  END {
+    for (i = 1; i <= nk; i++) {
+      k = keys[i]; n = cnt[k]
+      for (a = 1; a <= n; a++) s[a] = v[k, a]
+      for (a = 2; a <= n; a++) { x = s[a]; b = a - 1; while (b >= 1 && s[b] > x) { s[b + 1] = s[b]; b-- } s[b + 1] = x }
+      med = (n % 2) ? s[(n + 1) / 2] : (s[n / 2] + s[n / 2 + 1]) / 2
+      printf "%s\t%d\t%.10g\t%.10g\t%.10g\n", k, n, med, s[1], s[n]
+    }
+  }' "$csv")
+while IFS='=' read -r k v; do META[$k]=$v; done < <(sed -n 's/^# \([a-z_]*\)=\(.*\)$/\1=\2/p' "$csv")
+
+# med SUITE CASE PARAM LAT METRIC -> median, or "" when not measured
+med() { printf '%s' "${MED[$1,$2,$3,$4,$5]:-}"; }
+# fmt VALUE -> ms for humans: 1 decimal below 100, none above; "-" for none
+fmt() {
+  [[ ${1:-} =~ ^-?[0-9.]+$ ]] || { printf -- '-'; return; }
+  awk -v x="$1" 'BEGIN { if (x < 0) { s = "-"; x = -x } else s = ""; if (x >= 100) printf "%s%.0f", s, x; else printf "%s%.1f", s, x }'
+}
+# minus A B / div A B -> A-B, A/B; empty when either is missing
+minus() { if [ -n "${1:-}" ] && [ -n "${2:-}" ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a - b }'; fi; }
+div() { if [ -n "${1:-}" ] && [ -n "${2:-}" ]; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; fi; }
+# spread SUITE CASE PARAM LAT METRIC -> "min-max" of the samples
+spread() {
+  local k="$1,$2,$3,$4,$5"
+  [ -n "${MED[$k]:-}" ] || { printf -- '-'; return; }
+  printf '%s-%s' "$(fmt "${MIN[$k]}")" "$(fmt "${MAX[$k]}")"
+}
+reps() { printf '%s' "${N[$1,$2,$3,$4,$5]:-0}"; }
+
+# fit "x1 y1" "x2 y2" ... -> "slope intercept verdict" where slope/intercept
+# are the least-squares line and verdict compares the per-unit increments
+# between the last two pairs of successive points: "linear" when the last one
+# is at most twice the one before (a quadratic cost would grow about tenfold
+# per decade), "superlinear" otherwise, "-" with fewer than three points.
+fit() {
+  printf '%s\n' "$@" | awk '
+    NF == 2 { n++; x[n] = $1; y[n] = $2; sx += $1; sy += $2; sxx += $1 * $1; sxy += $1 * $2 }
+    END {
+      if (n < 2) { print "- - -"; exit }
+      d = n * sxx - sx * sx; if (d == 0) { print "- - -"; exit }
+      b = (n * sxy - sx * sy) / d; a = (sy - b * sx) / n; v = "-"
+      if (n >= 3) {
+        i1 = (y[n - 1] - y[n - 2]) / (x[n - 1] - x[n - 2]); i2 = (y[n] - y[n - 1]) / (x[n] - x[n - 1])
+        # increments below 0.05 ms per unit are noise on this machine
+        v = (i2 <= 2 * (i1 > 0.05 ? i1 : 0.05)) ? "linear" : "superlinear"
+        v = v ":" sprintf("%.2f", i1) ":" sprintf("%.2f", i2)
+      }
+      printf "%.3f %.3f %s\n", b, a, v
+    }'
+}
+# linear_words VERDICT -> words for the growth column
+linear_words() {
+  local kind i1 i2
+  IFS=: read -r kind i1 i2 <<<"${1:--}"
+  case $kind in
+  linear) printf 'linear (per-unit cost %s → %s ms between successive points)' "$i1" "$i2" ;;
+  superlinear) printf '**faster than linear** (per-unit cost %s → %s ms between successive points)' "$i1" "$i2" ;;
+  *) printf 'two points only' ;;
+  esac
+}
+
+# ---------------------------------------------------------------- helpers per table
+
+added() { minus "$(med launch "$1" "$2" "$3" "srun_on_ms")" "$(med launch "$1" "$2" "$3" "srun_off_ms")"; }
+
+launch_table() { # launch_table LAT
+  local lat=$1 case n daemons off on add per
+  printf '| job shape | tasks | daemons | srun without | srun with | added per job | added per task | prolog window without / with | epilog window without / with | runs |\n'
+  printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+  for case in per-gpu multi; do
+    for n in 1 4 16 32; do
+      off=$(med launch "$case" "$n" "$lat" srun_off_ms)
+      on=$(med launch "$case" "$n" "$lat" srun_on_ms)
+      [ -n "$off$on" ] || continue
+      if [ "$case" = per-gpu ]; then daemons=$n; shape="\`srun -n$n --gpus-per-task=1 [--unilab-mps]\`"; else daemons=1; shape="\`srun -n$n --gres=gpu:4 [--unilab-mps=multi]\`"; fi
+      add=$(minus "$on" "$off")
+      per=$(div "$add" "$n")
+      printf '| %s | %s | %s | %s | %s | **%s** | %s | %s / %s | %s / %s | %s |\n' "$shape" "$n" "$daemons" \
+        "$(fmt "$off")" "$(fmt "$on")" "$(fmt "$add")" "$(fmt "$per")" \
+        "$(fmt "$(med launch "$case" "$n" "$lat" prolog_off_ms)")" "$(fmt "$(med launch "$case" "$n" "$lat" prolog_on_ms)")" \
+        "$(fmt "$(med launch "$case" "$n" "$lat" epilog_off_ms)")" "$(fmt "$(med launch "$case" "$n" "$lat" epilog_on_ms)")" \
+        "$(reps launch "$case" "$n" "$lat" srun_on_ms)"
+    done
+  done
+}
+
+# growth of (x, metric) points: prints "slope intercept verdict"
+growth() { # growth SUITE CASE LAT METRIC X...
+  local s=$1 c=$2 l=$3 m=$4 x pts=()
+  shift 4
+  for x in "$@"; do pts+=("$x $(med "$s" "$c" "$x" "$l" "$m")"); done
+  fit "${pts[@]}"
+}
+added_growth() { # added_growth CASE LAT N... : fit of the added srun time over N
+  local c=$1 l=$2 n pts=()
+  shift 2
+  for n in "$@"; do pts+=("$n $(added "$c" "$n" "$l")"); done
+  fit "${pts[@]}"
+}
+
+# first_check MS -> when the start loop (waits 10 ms, doubling to 200 ms)
+# first finds a daemon that starts answering after MS
+first_check() {
+  local t=0 step=10
+  while ((t < $1)); do t=$((t + step)); step=$((step * 2 > 200 ? 200 : step * 2)); done
+  printf '%s' "$t"
+}
+
+# ---------------------------------------------------------------- numbers used twice
+
+lat_desc="nvidia-smi ${META[lat_smi_ms]:-50} ms, daemon start ${META[lat_start_ms]:-200} ms"
+a1_0=$(added per-gpu 1 0)
+a1_t=$(added per-gpu 1 tools)
+a16m_0=$(added multi 16 0)
+read -r pg_slope0 pg_icpt0 pg_dev0 <<<"$(added_growth per-gpu 0 1 4 16 32)"
+read -r pgt_slope pgt_icpt pgt_dev <<<"$(added_growth per-gpu tools 1 4 16)"
+read -r mt_slope0 mt_icpt0 mt_dev0 <<<"$(added_growth multi 0 1 4 16)"
+noplug_off=$(minus "$(med launch per-gpu 1 0 srun_off_ms)" "$(med launch per-gpu 1 0 srun_noplugin_ms)")
+noplug_prolog=$(minus "$(med launch per-gpu 1 0 prolog_off_ms)" "$(med launch per-gpu 1 0 prolog_noplugin_ms)")
+pro1=$(med prolog per-gpu 1 0 prolog_ms)
+epi1=$(med prolog per-gpu 1 0 epilog_ms)
+read -r dp_slope dp_icpt dp_dev <<<"$(growth prolog per-gpu 0 prolog_ms 1 8 32)"
+read -r de_slope de_icpt de_dev <<<"$(growth prolog per-gpu 0 epilog_ms 1 8 32)"
+read -r dpt_slope _ dpt_dev <<<"$(growth prolog per-gpu tools prolog_ms 1 8 32)"
+# per-daemon prolog cost = tool's own start + unilab-mps's own work + waiting
+# between readiness checks (the rest)
+own_inst=$(minus "$dp_slope" "$(med floor tools 1 0 start_ms)")
+poll_gap=$(minus "$(minus "$dpt_slope" "$(med floor tools 1 tools start_ms)")" "$own_inst")
+read -r rp_slope _ rp_dev <<<"$(growth records per-gpu 0 prolog_ms 1 10 100 1000)"
+read -r re_slope _ re_dev <<<"$(growth records per-gpu 0 epilog_ms 1 10 100 1000)"
+read -r st_slope _ st_dev <<<"$(growth status json 0 status_ms 1 10 100 1000)"
+shell_pe_sleep=$(awk -v a="$(med shell sleep 1 0 prolog_ms)" -v b="$(med shell sleep 1 0 epilog_ms)" 'BEGIN { if (a != "" && b != "") printf "%.3f", a + b }')
+shell_pe_poll=$(awk -v a="$(med shell poll 1 0 prolog_ms)" -v b="$(med shell poll 1 0 epilog_ms)" 'BEGIN { if (a != "" && b != "") printf "%.3f", a + b }')
+ours_pe=$(awk -v a="$pro1" -v b="$epi1" 'BEGIN { if (a != "" && b != "") printf "%.3f", a + b }')
+calls() { med calls "$1" "$2" 0 "$3"; }
+smi_per_job=$(calls per-gpu-on 4 prolog_nvidia-smi_calls)
+smi_steps=$(calls per-gpu-on 4 steps_nvidia-smi_calls)
+ctl_steps=$(calls per-gpu-on 4 steps_nvidia-cuda-mps-control_calls)
+off_total=$(awk -v a="$(calls per-gpu-off 4 prolog_nvidia-smi_calls)" -v b="$(calls per-gpu-off 4 prolog_nvidia-cuda-mps-control_calls)" \
+  -v c="$(calls per-gpu-off 4 epilog_nvidia-cuda-mps-control_calls)" -v d="$(calls per-gpu-off 4 epilog_nvidia-smi_calls)" 'BEGIN { print a + b + c + d }')
+
+headline() {
+  printf '| measured (median of repeated runs on a 2-core VM, fake GPUs) | value |\n'
+  printf '|---|---:|\n'
+  printf '| added to `srun -n1 --gres=gpu:1 true` by `--unilab-mps` (NVIDIA tools instant: the plugin'"'"'s own cost) | %s ms |\n' "$(fmt "$a1_0")"
+  printf '| the same with slow NVIDIA tools (%s) | %s ms |\n' "$lat_desc" "$(fmt "$a1_t")"
+  printf '| one daemon for 16 tasks (`srun -n16 --gres=gpu:4 --unilab-mps=multi`): added per job / per task, tools instant | %s / %s ms |\n' \
+    "$(fmt "$a16m_0")" "$(fmt "$(div "$a16m_0" 16)")"
+  printf '| each extra task of a job (slope over 1, 4, 16 tasks, one daemon, tools instant) | %s ms |\n' "$(fmt "$mt_slope0")"
+  printf '| added per extra per-GPU daemon (slope over 1-32 tasks, tools instant / slow) | %s / %s ms |\n' "$(fmt "$pg_slope0")" "$(fmt "$pgt_slope")"
+  printf '| job without the option, plugin loaded vs not installed: slurmd prolog window / `srun -n1` wall time | %s / %s ms |\n' "$(fmt "$noplug_prolog")" "$(fmt "$noplug_off")"
+  printf '| `nvidia-smi` runs per node per job / in the task path / NVIDIA tool runs for a job without the option | %s / %s / %s |\n' \
+    "${smi_per_job:--}" "$(awk -v a="$smi_steps" -v b="$ctl_steps" 'BEGIN { if (a != "" && b != "") print a + b; else print "-" }')" "${off_total:--}"
+  printf '| prolog / epilog for one daemon (helpers run directly, tools instant) | %s / %s ms |\n' "$(fmt "$pro1")" "$(fmt "$epi1")"
+  printf '| prolog per additional daemon, 1 → 32 GPUs on a node | %s ms, %s |\n' "$(fmt "$dp_slope")" "$(linear_words "$dp_dev")"
+  printf '| prolog / epilog per record of other jobs on the node (1 → 1,000 records) | %s / %s ms |\n' "$(fmt "$rp_slope")" "$(fmt "$re_slope")"
+  printf '| `unilab-mps status` with 1,000 records (per record: %s ms) | %s ms |\n' "$(fmt "$st_slope")" "$(fmt "$(med status json 1000 0 status_ms)")"
+  printf '| prolog + epilog, one daemon: unilab-mps / shell script after Slurm'"'"'s `prolog.example` (its `sleep 1`) / same script polling instead | %s / %s / %s ms |\n' \
+    "$(fmt "$ours_pe")" "$(fmt "$shell_pe_sleep")" "$(fmt "$shell_pe_poll")"
+}
+
+# ---------------------------------------------------------------- the document
+{
+cat <<EOF
+# Performance
+
+Generated by \`scripts/bench\` from \`docs/bench-results.csv\` (raw samples) with
+\`bench/report.sh\`: do not edit by hand, rerun \`scripts/bench\` (or
+\`bench/report.sh docs/bench-results.csv docs/PERFORMANCE.md README.md\` to
+re-render the same samples).
+
+Run: ${META[date]:-?}, ${META[mode]:-?} mode, ${META[reps]:-?} repetitions, ${META[runtime_s]:-?} s in all, on
+\`${META[host]:-?}\` (${META[cpus]:-?} CPUs, load average at start ${META[load]:-?}), Slurm ${META[slurm]:-?},
+commit \`${META[commit]:-?}\`. Every figure is the **median** of its repeated runs;
+"added" is a difference of medians (with minus without, measured interleaved
+in the same run). Growth is a least-squares line through the medians.
+
+**Real GPU numbers are pending a GPU machine**: this run had none. The script
+that produces them is ready: see [Real GPU](#real-gpu-pending).
+
+## Headline
+
+$(headline)
+
+What it means:
+- **A job pays for the daemons it asks for.** The added time is the prolog
+  starting daemons (one \`nvidia-smi\` call, then per daemon one
+  \`nvidia-cuda-mps-control -d\` and \`get_server_list\` until it answers); the task
+  path only reads the job's records and sets three variables.
+- **Per task**: with one daemon for the job, going from 1 to 16 tasks adds
+  $(fmt "$mt_slope0") ms per task (least squares over 1, 4, 16 tasks; growth
+  $(linear_words "$mt_dev0")).
+- **Per daemon**: $(fmt "$pg_slope0") ms per per-GPU daemon with instant tools,
+  $(fmt "$pgt_slope") ms with slow ones; growth $(linear_words "$pg_dev0"). Daemons of one
+  job start one after the other, so a per-GPU job on an 8-GPU node pays eight
+  daemon start-ups in its prolog.
+- **Jobs without \`--unilab-mps\`** run no NVIDIA tool and create no file; with the
+  plugin installed they pay Slurm's own fork of \`slurmstepd spank prolog\` /
+  \`spank epilog\` (slurmd runs it for every job once a plugin defines
+  job_prolog/job_epilog): $(fmt "$noplug_prolog") ms more in slurmd's prolog window,
+  $(fmt "$noplug_off") ms on \`srun -n1\` wall time here (section 1; noisy).
+- **Slow tools**: a daemon that takes ${META[lat_start_ms]:-200} ms to answer costs its job
+  that plus the polling granularity of the start loop (checks back off from 10
+  to 200 ms), for every per-GPU daemon in turn.
+
+## 1. Job launch on a local Slurm cluster
+
+\`srun -n N true\` as a non-root user on one node with 32 simulated GPUs (fake
+\`nvidia-smi\` / \`nvidia-cuda-mps-control\`, \`bench/launch.sh\`), with and without the
+option, interleaved. "srun" is wall time measured in the user's shell. The
+prolog window is the slurmd log span from the launch request to the step's
+first line (slurmstepd start-up included, so "without" is Slurm's own cost);
+the epilog window runs from the terminate request to "completed epilog" (after
+\`srun\` has returned: it delays the next job on those GPUs, not this one).
+Times in ms.
+
+### NVIDIA tools instant (the plugin's own cost)
+
+$(launch_table 0)
+
+Added time over tasks, per-GPU daemons (1 → 32): $(fmt "$pg_slope0") ms per daemon + $(fmt "$pg_icpt0") ms, $(linear_words "$pg_dev0").
+One daemon, 1 → 16 tasks: $(fmt "$mt_slope0") ms per task + $(fmt "$mt_icpt0") ms, $(linear_words "$mt_dev0").
+
+### Slow NVIDIA tools ($lat_desc)
+
+$(launch_table tools)
+
+Added time over tasks, per-GPU daemons (1 → 16): $(fmt "$pgt_slope") ms per daemon + $(fmt "$pgt_icpt") ms, $(linear_words "$pgt_dev").
+
+### Jobs without the option: plugin loaded vs not installed
+
+| job shape | plugin not installed | plugin loaded, no option | difference | prolog window not installed / loaded |
+|---|---:|---:|---:|---:|
+EOF
+for n in 1 4 16; do
+  np=$(med launch per-gpu "$n" 0 srun_noplugin_ms)
+  lo=$(med launch per-gpu "$n" 0 srun_off_ms)
+  [ -n "$np" ] || continue
+  printf '| `srun -n%s --gpus-per-task=1 true` | %s | %s | %s | %s / %s |\n' "$n" "$(fmt "$np")" "$(fmt "$lo")" "$(fmt "$(minus "$lo" "$np")")" \
+    "$(fmt "$(med launch per-gpu "$n" 0 prolog_noplugin_ms)")" "$(fmt "$(med launch per-gpu "$n" 0 prolog_off_ms)")"
+done
+cat <<EOF
+
+(The "not installed" runs come after a slurmd restart, later in the same run,
+not interleaved: read differences of a few ms as noise.)
+
+## 2. Subprocesses the plugin spawns
+
+Counted by the fakes' \`call_log\` for \`sbatch\` jobs whose batch script marks the
+log before and after two \`srun\` steps of the same shape: "prolog" is everything
+before the first mark (the job prolog and the batch script's own task_init),
+"steps" the two steps' tasks, "epilog" the rest. \`nvidia-cuda-mps-control\`
+counts every front-end run (\`-d\` included); "daemons" the daemon processes.
+
+| job | tasks per step | nvidia-smi prolog / steps / epilog | mps-control prolog / steps / epilog | daemons started |
+|---|---:|---:|---:|---:|
+EOF
+for c in per-gpu-on multi-on per-gpu-off; do
+  for n in 1 4 16; do
+    v=$(calls "$c" "$n" prolog_nvidia-smi_calls)
+    [ -n "$v" ] || continue
+    case $c in per-gpu-on) label='`--unilab-mps`, one GPU per task' ;; multi-on) label='`--unilab-mps=multi`, 4 GPUs' ;; *) label='no option, one GPU per task' ;; esac
+    printf '| %s | %s | %s / %s / %s | %s / %s / %s | %s |\n' "$label" "$n" \
+      "$v" "$(calls "$c" "$n" steps_nvidia-smi_calls)" "$(calls "$c" "$n" epilog_nvidia-smi_calls)" \
+      "$(calls "$c" "$n" prolog_nvidia-cuda-mps-control_calls)" "$(calls "$c" "$n" steps_nvidia-cuda-mps-control_calls)" \
+      "$(calls "$c" "$n" epilog_nvidia-cuda-mps-control_calls)" "$(calls "$c" "$n" prolog_mps-daemon_calls)"
+  done
+done
+cat <<EOF
+
+Goal met when: one \`nvidia-smi\` per node per job in the prolog, none in the
+steps, none at all without the option. Per daemon the prolog runs the control
+tool twice (\`-d\`, then \`get_server_list\` until it answers; more often when the
+daemon is slow to answer) and the epilog once (\`quit\`).
+
+## 3. Prolog and epilog per daemon (helpers run directly)
+
+\`unilab-mps-prolog\` / \`unilab-mps-epilog\` driven with the environment slurmd gives
+them (\`SLURM_JOB_ID\`, \`SLURM_JOB_UID\`, \`SLURM_JOB_GID\`, \`SLURM_JOB_GPUS\`,
+\`SLURMD_NODENAME\`, \`SLURM_CONF\`, \`SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps\`)
+on a simulated node with 32 GPUs (\`bench/direct.sh\`): no Slurm noise, process
+start-up of the helper included. ms.
+
+| tools | mode | GPUs | daemons | prolog | per daemon | epilog | per daemon | runs |
+|---|---|---:|---:|---:|---:|---:|---:|---:|
+EOF
+for lat in 0 tools; do
+  for mode in per-gpu multi no-option; do
+    for g in 1 8 32; do
+      p=$(med prolog "$mode" "$g" "$lat" prolog_ms)
+      [ -n "$p" ] || continue
+      e=$(med prolog "$mode" "$g" "$lat" epilog_ms)
+      d=$(med prolog "$mode" "$g" "$lat" prolog_daemons)
+      [ "$lat" = 0 ] && lname=instant || lname=slow
+      printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$lname" "$mode" "$g" "${d:-0}" "$(fmt "$p")" \
+        "$( [ "${d:-0}" != 0 ] && fmt "$(div "$p" "$d")" || printf -- '-')" "$(fmt "$e")" \
+        "$( [ "${d:-0}" != 0 ] && fmt "$(div "$e" "$d")" || printf -- '-')" "$(reps prolog "$mode" "$g" "$lat" prolog_ms)"
+    done
+  done
+done
+cat <<EOF
+
+Growth over 1 → 8 → 32 per-GPU daemons on one node: prolog $(fmt "$dp_slope") ms per
+daemon + $(fmt "$dp_icpt") ms fixed, $(linear_words "$dp_dev"); epilog $(fmt "$de_slope") ms per daemon + $(fmt "$de_icpt") ms,
+$(linear_words "$de_dev"). With slow tools: prolog $(fmt "$dpt_slope") ms per daemon, $(linear_words "$dpt_dev").
+One daemon for all GPUs (multi) stays flat in the number of GPUs.
+
+The fake tools alone (run directly, no unilab-mps): one \`nvidia-smi\` query
+$(fmt "$(med floor tools 1 0 smi_ms)") ms, \`-d\` until a front end gets an answer $(fmt "$(med floor tools 1 0 start_ms)") ms, \`quit\` until the
+daemon is gone $(fmt "$(med floor tools 1 0 quit_ms)") ms (slow profile: $(fmt "$(med floor tools 1 tools smi_ms)"), $(fmt "$(med floor tools 1 tools start_ms)"), $(fmt "$(med floor tools 1 tools quit_ms)") ms). The rest of the
+per-daemon prolog time is unilab-mps itself: creating the private directories,
+two atomic record writes (\`starting\`, then \`running\`, each with fsync), running
+the tools as the job's user, polling until the daemon answers (10 ms first
+wait, doubling up to 200 ms) and checking the pid file against \`/proc\`.
+
+Per daemon, instant tools: $(fmt "$dp_slope") ms = $(fmt "$(med floor tools 1 0 start_ms)") ms the tool's start + $(fmt "$own_inst") ms
+unilab-mps. Slow tools: $(fmt "$dpt_slope") ms = $(fmt "$(med floor tools 1 tools start_ms)") ms the tool's start + the same
+unilab-mps work + $(fmt "$poll_gap") ms waiting between readiness checks: the start loop's
+back-off (10, 20, 40, ... 200 ms) first checks a ${META[lat_start_ms]:-200} ms daemon at $(first_check "${META[lat_start_ms]:-200}") ms. A
+back-off capped at about 25 ms would give most of that back on every per-GPU
+daemon, and starting a job's daemons in parallel would make the per-GPU prolog
+cost one start instead of one per GPU.
+
+### A daemon that ignores \`quit\`
+
+The epilog waits 60 % of \`stop_timeout\` for \`quit\`, then sends SIGTERM (90 %),
+then SIGKILL, re-verifying the daemon's identity before each signal; daemons
+are stopped one after the other. Measured with \`stop_timeout=2\`:
+
+| daemon ignores | daemons | epilog | bound per daemon | runs |
+|---|---:|---:|---:|---:|
+EOF
+for c in ignore-quit ignore-quit-term; do
+  for g in 1 4; do
+    e=$(med stuck "$c" "$g" 0 epilog_ms)
+    [ -n "$e" ] || continue
+    if [ "$c" = ignore-quit ]; then
+      what='`quit`' bound='1.2 s (quit wait), then SIGTERM'
+    else
+      what='`quit` and SIGTERM' bound='1.8 s (quit + SIGTERM waits), then SIGKILL'
+    fi
+    printf '| %s | %s | %s | %s | %s |\n' "$what" "$g" "$(fmt "$e")" "$bound" "$(reps stuck "$c" "$g" 0 epilog_ms)"
+  done
+done
+cat <<EOF
+
+So a job's epilog is bounded by (daemons that ignore \`quit\`) × \`stop_timeout\`
+plus the normal cost; with the default \`stop_timeout=10\` a per-GPU job on an
+8-GPU node whose daemons all hang would hold its node in COMPLETING for up to
+about 80 s. Stopping daemons in parallel would make that one \`stop_timeout\`.
+
+## 4. Scale: records of other jobs on the node, and \`unilab-mps status\`
+
+Prolog and epilog of a one-GPU job while the state directory holds records of
+other jobs on the same node (each $(fmt "$(div "$(med records size 1 0 record_bytes)" 1024)") KiB: a record carries the node's
+32-GPU table). Every prolog, task and epilog lists the directory and parses
+each record to find its job's. \`status --json\` with N records of the user (each
+points at a live daemon, so every liveness check does its full work; each has
+its own pipe directory). ms.
+
+| records on the node | prolog | epilog | \`unilab-mps status --json\` |
+|---:|---:|---:|---:|
+EOF
+for k in 1 10 100 1000; do
+  p=$(med records per-gpu "$k" 0 prolog_ms)
+  s=$(med status json "$k" 0 status_ms)
+  [ -n "$p$s" ] || continue
+  printf '| %s | %s | %s | %s |\n' "$k" "$(fmt "$p")" "$(fmt "$(med records per-gpu "$k" 0 epilog_ms)")" "$(fmt "$s")"
+done
+cat <<EOF
+
+Per record: prolog $(fmt "$rp_slope") ms ($(linear_words "$rp_dev")), epilog $(fmt "$re_slope") ms
+($(linear_words "$re_dev")), status $(fmt "$st_slope") ms ($(linear_words "$st_dev")). A node holds at most one record per
+daemon of the jobs running on it (a few dozen at most), so this cost stays in
+the noise for real nodes; 1,000 records is a stress test.
+
+## 5. Against a shell prolog/epilog
+
+What a site would otherwise write: \`bench/shell-prolog.sh\` / \`bench/shell-epilog.sh\`,
+our own minimal scripts following the steps of Slurm's \`etc/prolog.example\`
+(SchedMD/slurm, read at commit ${META[slurm_example_commit]:-284c3b9}): pipe/log directories
+\`/tmp/nvidia-mps_<CUDA_VISIBLE_DEVICES>\`, \`nvidia-cuda-mps-control -d\` as root, a
+fixed \`sleep 1\`, \`start_server -uid\`; the epilog sends \`quit\`, greps \`ps aux\` for a
+leftover and runs \`nvidia-smi\` as a health check. "poll" replaces the \`sleep 1\`
+with polling \`get_server_list\` every 10 ms (a tuned site script). Run as
+\`Prolog=\`/\`Epilog=\` on a second cluster (jobs in a partition \`mps\` get a
+daemon), and directly. ms.
+
+| approach | added to \`srun -n1 --gres=gpu:4 true\` | added to \`srun -n4 --gres=gpu:4 true\` | prolog + epilog, tools instant | prolog + epilog, tools slow | control-tool runs prolog / epilog | \`nvidia-smi\` runs prolog / epilog |
+|---|---:|---:|---:|---:|---:|---:|
+EOF
+pe() { # pe SUITE CASE PARAM LAT -> prolog + epilog median
+  awk -v a="$(med "$1" "$2" "$3" "$4" prolog_ms)" -v b="$(med "$1" "$2" "$3" "$4" epilog_ms)" 'BEGIN { if (a != "" && b != "") printf "%.3f", a + b }'
+}
+printf '| unilab-mps (`--unilab-mps=multi`: one daemon) | %s | %s | %s | %s | %s / %s | %s / %s |\n' \
+  "$(fmt "$(added multi 1 0)")" "$(fmt "$(added multi 4 0)")" "$(fmt "$(pe prolog multi 1 0)")" "$(fmt "$(pe prolog multi 1 tools)")" \
+  "$(med prolog multi 1 0 prolog_ctl_calls)" "$(med prolog multi 1 0 epilog_ctl_calls)" \
+  "$(med prolog multi 1 0 prolog_smi_calls)" "$(med prolog multi 1 0 epilog_smi_calls)"
+for w in sleep poll; do
+  if [ "$w" = sleep ]; then label='shell script after `prolog.example` (`sleep 1`)'; else label='the same script, polling instead of `sleep 1`'; fi
+  printf '| %s | %s | %s | %s | %s | %s / %s | %s / %s |\n' "$label" \
+    "$(fmt "$(minus "$(med shell "$w" 1 0 srun_on_ms)" "$(med shell "$w" 1 0 srun_off_ms)")")" \
+    "$(fmt "$(minus "$(med shell "$w" 4 0 srun_on_ms)" "$(med shell "$w" 4 0 srun_off_ms)")")" \
+    "$(fmt "$(pe shell "$w" 1 0)")" "$(fmt "$(pe shell "$w" 1 tools)")" \
+    "$(med shell "$w" 1 0 prolog_ctl_calls)" "$(med shell "$w" 1 0 epilog_ctl_calls)" \
+    "$(med shell "$w" 1 0 prolog_smi_calls)" "$(med shell "$w" 1 0 epilog_smi_calls)"
+done
+cat <<EOF
+
+"added" columns: the cluster runs (with minus without the daemon, same
+cluster); prolog + epilog: the scripts and helpers run directly for a one-GPU
+job. The shell script is as fast as unilab-mps only once its \`sleep 1\`
+is replaced by polling, and then it still does less than unilab-mps does for
+that time:
+
+| | shell prolog after \`prolog.example\` | unilab-mps |
+|---|---|---|
+| daemon runs as | root (\`start_server -uid\` for the job's user) | the job's user |
+| pipe directory | \`/tmp/nvidia-mps_<indices>\`, shared by every job on those indices | private 0700 directory per job and daemon |
+| a task finds its daemon | the user must export \`CUDA_MPS_PIPE_DIRECTORY\` (a Prolog cannot set task env) | task_init sets it, with UUID \`CUDA_VISIBLE_DEVICES\` |
+| GPU identity | Slurm indices passed through | GRES index → device minor → nvidia-smi UUID |
+| stop | \`echo quit\`, then \`ps aux \| grep\` | record (pid + start time + boot id), verified signals within \`stop_timeout\` |
+| several daemons per job / per-task binding | no | yes |
+| how \`start_server -uid\` is sent | the example passes the command as arguments; it must go on stdin (the copy here uses stdin) | n/a |
+
+## Real GPU (pending)
+
+No GPU machine was available for this run, so there are **no real-GPU numbers
+yet**. \`tests/gpu/run_gpu_check.sh\` (see \`tests/gpu/README.md\`) is ready for a
+machine with one NVIDIA GPU, CUDA and PyTorch and no Slurm: it builds the
+project (bundled headers, or the binaries built here), starts a real daemon
+with \`unilab-mps start\`, checks \`status\`, \`env\` and the record against the real
+\`nvidia-cuda-mps-control\` and its pipe directory, runs a PyTorch client under
+it and sees it in \`get_server_list\`/\`get_client_list\`, runs \`unilab-mps probe
+--requested mps\`, stops the daemon and proves nothing is left, then measures
+what MPS is for: two processes launching many small kernels at once,
+aggregate throughput with the daemon against time slicing without it. Its
+\`--dry-run\` runs the whole flow against the fakes on any machine (checked here;
+only CUDA itself is not exercised). Results land in its output directory as
+\`gpu-results.json\` and \`gpu-report.md\`; copy the table here when you have them.
+
+## Method and caveats
+
+- Machine: a 2-core VM shared with other work (builds and tests of other
+  sessions may run at the same time): expect a few ms of noise on every
+  cluster number, more on \`srun\` wall time (Slurm's own polling adds jitter up
+  to ~100 ms); medians over ${META[reps]:-?} runs, interleaved with/without. The
+  ranges are in \`docs/bench-results.csv\` (every sample).
+- The fake tools are C++ programs that answer at once ("instant") or after a
+  configured sleep ("slow": \`smi_latency_ms\`, \`mps_start_delay_ms\` in
+  \`fake.conf\`). A real \`nvidia-smi\` takes tens to hundreds of ms and a real
+  control daemon answers after its own start-up: use the "slow" rows as the
+  estimate for a real node, the "instant" rows as the plugin's own cost.
+- Prolog/epilog windows come from slurmd's debug log (ms timestamps).
+- Not measured here: cgroup device constraint (same code path; the cgroup
+  setup is Slurm's cost), multi-node jobs (each node runs its own prolog in
+  parallel: per-node cost as above).
+EOF
+} >"$out.tmp"
+mv "$out.tmp" "$out"
+
+# README: replace the table between the markers, if the markers are there.
+if [ -n "$readme" ] && grep -q '<!-- bench:begin -->' "$readme" && grep -q '<!-- bench:end -->' "$readme"; then
+  headline >"$readme.table"
+  awk -v t="$readme.table" '
+    /<!-- bench:begin -->/ { print; while ((getline l < t) > 0) print l; skip = 1; next }
+    /<!-- bench:end -->/ { skip = 0 }
+    !skip { print }' "$readme" >"$readme.tmp" && cat "$readme.tmp" >"$readme"
+  rm -f "$readme.tmp" "$readme.table"
+fi
