@@ -430,9 +430,9 @@ cat <<EOF
 
 "added" columns: the cluster runs (with minus without the daemon, same
 cluster); prolog + epilog: the scripts and helpers run directly for a one-GPU
-job. The shell script is as fast as unilab-mps only once its \`sleep 1\`
-is replaced by polling, and then it still does less than unilab-mps does for
-that time:
+job. With its \`sleep 1\` the shell script costs every MPS job about a second;
+polling instead, it costs $(fmt "$shell_pe_poll") ms against unilab-mps's $(fmt "$ours_pe") ms (prolog +
+epilog, one daemon, instant tools), and it does less for that time:
 
 | | shell prolog after \`prolog.example\` | unilab-mps |
 |---|---|---|
@@ -462,11 +462,13 @@ only CUDA itself is not exercised). Results land in its output directory as
 
 ## Method and caveats
 
-- Machine: a 2-core VM shared with other work (builds and tests of other
-  sessions may run at the same time): expect a few ms of noise on every
-  cluster number, more on \`srun\` wall time (Slurm's own polling adds jitter up
-  to ~100 ms); medians over ${META[reps]:-?} runs, interleaved with/without. The
-  ranges are in \`docs/bench-results.csv\` (every sample).
+- Machine: a 2-core VM shared with other work (other sessions' builds, tests
+  and fuzzers ran at the same time: see the load average above). Within one
+  run, with/without pairs are interleaved and comparable; absolute times move
+  with the load (two full runs here, at load averages 9 and 7.5, differed by
+  up to 3x in ms, while the counts, the linear growth and the order of the
+  approaches stayed the same). Medians over ${META[reps]:-?} runs; every sample is
+  in \`docs/bench-results.csv\`.
 - The fake tools are C++ programs that answer at once ("instant") or after a
   configured sleep ("slow": \`smi_latency_ms\`, \`mps_start_delay_ms\` in
   \`fake.conf\`). A real \`nvidia-smi\` takes tens to hundreds of ms and a real
