@@ -101,8 +101,11 @@ done
 
 echo "== a record pointing to a live unrelated process is refused"
 export UNILAB_MPS_STATE_DIR=$work/root-state UNILAB_MPS_RUN_DIR=$work/root-run
-$B start 2 --name victim >/dev/null
+# The unrelated process must start in another clock tick than the daemon
+# (start times have 10 ms resolution; a real PID cannot wrap within one).
 sleep 300 & sleeper=$!
+sleep 0.2
+$B start 2 --name victim >/dev/null
 rec=$work/root-state/victim.json
 real=$(grep '"pid"' "$rec" | tr -dc '0-9')
 sed -i "s/\"pid\": $real/\"pid\": $sleeper/" "$rec"
