@@ -335,12 +335,16 @@ EOF
   kill "$victim" 2>/dev/null
 
   case_begin record-pid-reused "daemon gone, its PID now names another process of the job user: epilog signals nothing (pid-reused), removes record and dirs, rc 0"
+  # Started first: start times have 10 ms resolution, and a process started
+  # in the daemon's own tick is indistinguishable from it (a real PID reuse
+  # needs the whole PID space to wrap in between).
+  victim=$(sleeper unimps1)
+  sleep 0.05
   prolog 126
   f=$H/state/job126.n1.gpu0.json
   dpid=$(rec_field "$f" pid)
+  check "record-pid-reused: (the other process started in another clock tick)" test "$(start_ticks "$victim")" != "$(rec_field "$f" process_start_ticks)"
   kill -9 "$dpid"
-  victim=$(sleeper unimps1)
-  sleep 0.2
   sed -i "s/\"pid\": $dpid,/\"pid\": $victim,/" "$f"
   before=$(grep -c 'nvidia-cuda-mps-control uid' "$CALL_LOG")
   epilog 126
@@ -354,11 +358,12 @@ EOF
   kill "$victim" 2>/dev/null
 
   case_begin record-pid-points-elsewhere "a record's pid names another live process of the job user while the job's daemon still runs: that process gets nothing; the daemon is found through its pid file + /proc and stopped; nothing left"
+  victim=$(sleeper unimps1)
+  sleep 0.05
   prolog 127
   f=$H/state/job127.n1.gpu0.json
   dpid=$(rec_field "$f" pid)
-  victim=$(sleeper unimps1)
-  sleep 0.2
+  check "record-pid-points-elsewhere: (the other process started in another clock tick)" test "$(start_ticks "$victim")" != "$(rec_field "$f" process_start_ticks)"
   sed -i "s/\"pid\": $dpid,/\"pid\": $victim,/" "$f"
   epilog 127
   expect_eq "record-pid-points-elsewhere: epilog exits 0" 0 "$EPI_RC"
