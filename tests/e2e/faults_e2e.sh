@@ -688,10 +688,15 @@ cluster_part() {
   }
 
   case_begin cluster-daemon-killed "the daemon is SIGKILLed mid-job: the job's end runs the epilog, which reports it gone, signals nothing, cleans everything; the node is not drained"
-  out=$(as_user $u sbatch --unilab-mps --gres=gpu:1 -o /dev/null --wrap "sleep 300" 2>&1)
+  # Kill only once the batch script runs: killed earlier, the script's own
+  # task_init would (rightly) refuse to start without its daemon.
+  local started=$outd/daemon-killed.started
+  out=$(as_user $u sbatch --unilab-mps --gres=gpu:1 -o /dev/null --wrap "touch $started; sleep 300" 2>&1)
   job=$(job_of "$out")
-  local dpid
+  local dpid i
   dpid=$(running_pid "$job")
+  for i in $(seq 1 100); do [ -e "$started" ] && break; sleep 0.1; done
+  check "cluster-daemon-killed: the batch script runs" test -e "$started"
   check "cluster-daemon-killed: the daemon runs" proc_running "$dpid"
   kill -9 "$dpid"
   local calls
