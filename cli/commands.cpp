@@ -24,11 +24,10 @@ std::optional<std::string> getenv_opt(const char* key) {
 
 // Everything a command needs, from flags, then environment, then defaults.
 struct Context {
-  SystemRunner runner;
-  SystemProcReader proc;
-  SystemSignaller signaller;
-  SystemClock clock;
-  Services services{runner, proc, signaller, clock};
+  SystemServices sys;
+  SystemRunner& runner{sys.runner};
+  SystemProcReader& proc{sys.proc};
+  Services& services{sys.services};
   Tools tools;
   std::string state_dir;
   std::string run_dir;
@@ -80,12 +79,18 @@ std::string shell_quote(const std::string& v) {
 
 std::string short_list(const std::vector<std::string>& v) { return v.empty() ? "-" : join(v, ","); }
 
-int cmd_status(Context& c, const ParsedArgs& a) {
+// The caller's view: its mask, its pipe directory, its own records on this host.
+StatusQuery caller_query(const Context& c) {
   StatusQuery q;
   q.cuda_visible_devices = getenv_opt("CUDA_VISIBLE_DEVICES");
   q.pipe_directory_env = getenv_opt("CUDA_MPS_PIPE_DIRECTORY");
   q.uid = c.uid;
   q.host = c.host;
+  return q;
+}
+
+int cmd_status(Context& c, const ParsedArgs& a) {
+  StatusQuery q = caller_query(c);
   RecordStore store = c.store();
   if (auto job = a.value("--job")) {
     // A Slurm job's records live in the root-owned state dir, scoped by node.
@@ -127,11 +132,7 @@ int cmd_status(Context& c, const ParsedArgs& a) {
 }
 
 int cmd_doctor(Context& c, const ParsedArgs& a) {
-  StatusQuery q;
-  q.cuda_visible_devices = getenv_opt("CUDA_VISIBLE_DEVICES");
-  q.pipe_directory_env = getenv_opt("CUDA_MPS_PIPE_DIRECTORY");
-  q.uid = c.uid;
-  q.host = c.host;
+  StatusQuery q = caller_query(c);
   RecordStore store = c.store();
   std::optional<std::string> selector;
   if (!a.positional.empty()) selector = a.positional[0];

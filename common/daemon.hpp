@@ -34,6 +34,19 @@ struct Services {
   Clock& clock;
 };
 
+// The real implementations of every seam, owned together (front ends build
+// one of these; tests build Services from doubles).
+struct SystemServices {
+  SystemRunner runner;
+  SystemProcReader proc;
+  SystemSignaller signaller;
+  SystemClock clock;
+  Services services{runner, proc, signaller, clock};
+  SystemServices() = default;
+  SystemServices(const SystemServices&) = delete;
+  SystemServices& operator=(const SystemServices&) = delete;
+};
+
 struct StartRequest {
   std::string name;
   uid_t uid = 0;

@@ -16,13 +16,6 @@ namespace {
 
 void log(const char* who, const std::string& msg) { std::fprintf(stderr, "%s: %s\n", who, msg.c_str()); }
 
-Services system_services() {
-  static SystemRunner runner;
-  static SystemProcReader proc;
-  static SystemSignaller signaller;
-  static SystemClock clock;
-  return Services{runner, proc, signaller, clock};
-}
 
 }  // namespace
 
@@ -64,7 +57,8 @@ int run_prolog(const std::vector<std::string>& argv) {
     auto req = job_request_from_env(env, cfg);
     if (!req) return 0;
     JobContext job = job_context_from_env(env);
-    Services s = system_services();
+    SystemServices sys;
+    Services& s = sys.services;
     PrologOutcome out = run_job_prolog(s, cfg, job, *req);
     for (const auto& w : out.warnings) log(who, w);
     if (!out.note.empty()) log(who, out.note);
@@ -85,7 +79,8 @@ int run_epilog(const std::vector<std::string>& argv) {
   try {
     PluginConfig cfg = parse_plugin_args(collect_arguments(argv));
     JobContext job = job_context_from_env(env);
-    Services s = system_services();
+    SystemServices sys;
+    Services& s = sys.services;
     for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) log(who, line);
     EpilogOutcome out = run_job_epilog(s, cfg, job);
     for (const auto& r : out.stopped) log(who, "job " + job.job_id + ": daemon " + r.name + ": " + r.outcome);

@@ -42,11 +42,8 @@ int job_script_prolog(int argc, char** argv) {
     PluginConfig cfg = parse_plugin_args(plugin_args(argc, argv));
     auto req = job_request_from_env(env, cfg);
     JobContext job = job_context_from_env(env);
-    SystemRunner runner;
-    SystemProcReader proc;
-    SystemSignaller signaller;
-    SystemClock clock;
-    Services s{runner, proc, signaller, clock};
+    SystemServices sys;
+    Services& s = sys.services;
     PrologOutcome out = run_job_prolog(s, cfg, job, *req);
     for (const auto& w : out.warnings) slurm_info("unilab-mps: job %s prolog: %s", job.job_id.c_str(), w.c_str());
     if (!out.note.empty()) slurm_info("unilab-mps: %s", out.note.c_str());
@@ -67,11 +64,8 @@ int job_script_epilog(int argc, char** argv) {
   try {
     PluginConfig cfg = parse_plugin_args(plugin_args(argc, argv));
     JobContext job = job_context_from_env(env);
-    SystemRunner runner;
-    SystemProcReader proc;
-    SystemSignaller signaller;
-    SystemClock clock;
-    Services s{runner, proc, signaller, clock};
+    SystemServices sys;
+    Services& s = sys.services;
     // Before the epilog removes the daemons' log dirs: a failed job's MPS
     // logs end up in the slurmd log.
     for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) slurm_info("unilab-mps: %s", line.c_str());
