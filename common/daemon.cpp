@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -73,6 +74,59 @@ std::optional<ProcessIdentity> identify_daemon(const std::string& pipe_directory
     return std::nullopt;
   }
   return ProcessIdentity{*pid, st->start_ticks, proc.boot_id(), uid};
+}
+
+// Identities of every descendant of the daemon, now.
+std::vector<ProcessIdentity> descendants_of(const ProcessIdentity& daemon, ProcReader& proc) {
+  std::vector<ProcessIdentity> out;
+  std::vector<pid_t> queue{daemon.pid};
+  std::set<pid_t> seen{daemon.pid};
+  for (size_t i = 0; i < queue.size() && queue.size() < 4096; ++i) {
+    for (pid_t c : proc.children(queue[i])) {
+      if (!seen.insert(c).second) continue;
+      queue.push_back(c);
+      if (auto st = proc.stat(c)) out.push_back({c, st->start_ticks, daemon.boot_id, st->uid});
+    }
+  }
+  return out;
+}
+
+struct SweepResult {
+  int killed = 0;
+  std::vector<pid_t> alive;
+};
+
+// What of a daemon may outlive it: the descendants seen before it was
+// signalled, and any process of its user running an MPS binary (comm
+// "nvidia-cuda-mps", the name the kernel keeps of nvidia-cuda-mps-control
+// and -server) whose CUDA_MPS_PIPE_DIRECTORY is the daemon's. A user's own
+// clients carry that variable too, but not that name: they are left alone.
+SweepResult sweep_mps_processes(Services& s, const DaemonRecord& record, const std::vector<ProcessIdentity>& tree,
+                                std::chrono::steady_clock::time_point deadline) {
+  std::vector<ProcessIdentity> targets;
+  std::set<pid_t> seen;
+  for (const auto& t : tree) {
+    if (check_identity(t, s.proc) == Liveness::kLive && seen.insert(t.pid).second) targets.push_back(t);
+  }
+  const std::string boot = s.proc.boot_id();
+  for (pid_t pid : s.proc.pids()) {
+    if (seen.count(pid)) continue;
+    auto st = s.proc.stat(pid);
+    if (!st || st->uid != record.uid || st->state == 'Z' || st->state == 'X') continue;
+    auto comm = s.proc.comm(pid);
+    if (!comm || !comm->starts_with("nvidia-cuda-mps")) continue;
+    if (s.proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY") != record.pipe_directory) continue;
+    seen.insert(pid);
+    targets.push_back({pid, st->start_ticks, boot, st->uid});
+  }
+  SweepResult out;
+  for (const auto& t : targets) {
+    if (s.signaller.send_verified(t, SIGKILL, s.proc) == Liveness::kLive) ++out.killed;
+  }
+  for (const auto& t : targets) {
+    if (!wait_gone(s, t, deadline)) out.alive.push_back(t.pid);
+  }
+  return out;
 }
 
 // Ends a daemon we launched but could not finish recording: SIGTERM, then
@@ -223,6 +277,7 @@ DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, c
   rec.slurm = req.slurm;
   rec.limits = req.limits;
   rec.owned_directories = layout.owned;
+  rec.containment = req.containment;
 
   auto abandon = [&](const std::string& why, const std::optional<ProcessIdentity>& launched) -> CudaMpsError {
     std::string tail = tail_suffix(layout.log);
@@ -314,11 +369,32 @@ StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, cons
   StopReport rep;
   rep.name = record.name;
   rep.pid = record.pid;
+  const auto start = s.clock.now();
+  const auto deadline = start + stop_timeout;
+  std::vector<ProcessIdentity> tree;  // the daemon's descendants before any signal (its MPS servers)
+  // Nothing of the daemon's tree may outlive it (a control daemon may die
+  // and leave its servers, holding the GPU, behind): kill the rest first.
+  auto sweep = [&]() -> std::string {
+    auto left = sweep_mps_processes(s, record, tree, std::max(deadline, s.clock.now()) + milliseconds(1000));
+    if (left.alive.empty()) {
+      return left.killed == 0 ? "" : fmt::format("killed {} leftover MPS process(es)", left.killed);
+    }
+    std::vector<std::string> pids;
+    for (pid_t p : left.alive) pids.push_back(std::to_string(p));
+    throw CudaMpsError(fmt::format(
+        "MPS process(es) {} of daemon '{}' survive SIGKILL; its record is kept in {}; the node needs attention",
+        join(pids, ","), record.name, store.root()));
+  };
   auto finish = [&](std::string outcome) {
+    std::string swept = sweep();
     auto errors = remove_owned_directories(record);
     store.remove(record.name);
     rep.outcome = std::move(outcome);
-    if (!errors.empty()) rep.detail = "could not remove " + join(errors, "; ");
+    std::vector<std::string> details;
+    if (!rep.detail.empty()) details.push_back(rep.detail);
+    if (!swept.empty()) details.push_back(swept);
+    if (!errors.empty()) details.push_back("could not remove " + join(errors, "; "));
+    rep.detail = join(details, "; ");
     return rep;
   };
 
@@ -331,35 +407,34 @@ StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, cons
   }
   Liveness l = check_identity(id, s.proc);
   if (l != Liveness::kLive) {
+    std::string swept = sweep();
     auto errors = remove_owned_directories(record);
     store.remove(record.name);
     throw StaleCudaMpsDaemonError(fmt::format(
-        "daemon '{}' (pid {}) is no longer running ({}); its record{} removed and nothing was signalled", record.name,
-        record.pid, to_string(l), errors.empty() ? " and directories were" : " was"));
+        "daemon '{}' (pid {}) is no longer running ({}); its record{} removed and nothing was signalled{}", record.name,
+        record.pid, to_string(l), errors.empty() ? " and directories were" : " was", swept.empty() ? "" : " but " + swept));
   }
+  tree = descendants_of(id, s.proc);
 
-  const auto start = s.clock.now();
-  const auto deadline = start + stop_timeout;
   const auto quit_until = start + stop_timeout * 6 / 10;
   const auto term_until = start + stop_timeout * 9 / 10;
   MpsControl mps(s.runner, tools.mps_control);
   MpsEndpoint ep{record.pipe_directory, record.log_directory, record.uid, record.gid};
-  // `quit` waits for clients; the bounded wait below decides when to escalate.
-  CommandResult q = mps.send(ep, "quit", std::max(remaining(s.clock, quit_until), milliseconds(100)));
+  // A plain `quit` waits for every client; `quit -t` ends them after that
+  // many seconds, inside the time the quit phase has.
+  const long quit_seconds = std::max<long>(1, std::chrono::duration_cast<std::chrono::seconds>(stop_timeout / 2).count());
+  CommandResult q = mps.send(ep, fmt::format("quit -t {}", quit_seconds), std::max(remaining(s.clock, quit_until), milliseconds(100)));
   if (wait_gone(s, id, quit_until)) return finish("quit");
   std::string quit_note = q.ok() ? "ignored quit" : "quit failed: " + q.describe();
 
   if (s.signaller.send_verified(id, SIGTERM, s.proc) != Liveness::kLive || wait_gone(s, id, term_until)) {
     rep.detail = quit_note;
-    StopReport r = finish("terminated");
-    if (r.detail.empty()) r.detail = quit_note;
-    return r;
+    return finish("terminated");
   }
   if (s.signaller.send_verified(id, SIGKILL, s.proc) != Liveness::kLive ||
       wait_gone(s, id, std::max(deadline, s.clock.now() + milliseconds(1000)))) {
-    StopReport r = finish("killed");
-    if (r.detail.empty()) r.detail = quit_note + ", ignored SIGTERM";
-    return r;
+    rep.detail = quit_note + ", ignored SIGTERM";
+    return finish("killed");
   }
   throw CudaMpsError(fmt::format(
       "daemon '{}' (pid {}) is still alive after quit, SIGTERM and SIGKILL; its record is kept in {}; the node needs attention",

@@ -62,6 +62,7 @@ struct StartRequest {
   std::optional<std::string> job_id;
   std::optional<SlurmBinding> slurm;
   MpsLimits limits;
+  std::optional<ContainmentPlan> containment;  // recorded for the task path
   std::chrono::milliseconds start_timeout{10000};
 };
 

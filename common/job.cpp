@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "common/containment.hpp"
 #include "common/errors.hpp"
 #include "common/gpu.hpp"
 #include "common/gres.hpp"
@@ -264,6 +265,22 @@ std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job
   return std::move(scan.trusted);
 }
 
+std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, const JobContext& job) {
+  if (cfg.contain == "off") return std::nullopt;
+  const std::string conf = job.slurm_conf.value_or("/etc/slurm/slurm.conf");
+  CgroupSite site;
+  try {
+    site = read_cgroup_site(conf);
+  } catch (const CudaMpsError& e) {
+    throw CudaMpsError(fmt::format("cannot tell whether this node confines jobs with cgroups ({}); set SLURM_CONF for slurmd, "
+                                   "or contain=off in plugstack.conf if the site uses no cgroup plugin",
+                                   e.what()));
+  }
+  SystemCgroupFs fs;
+  SystemProcReader proc;
+  return plan_containment(site, cfg.contain, job.uid, job.job_id, proc.cgroup(getpid()).value_or(""), fs);
+}
+
 PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req) {
   PrologOutcome out;
   std::vector<int> job_gpus = parse_gpu_index_list(job.job_gpus.value_or(""));
@@ -289,6 +306,9 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
     throw CudaMpsError(fmt::format("cannot clear what an earlier run of job {} left: {}", job.job_id, join(earlier.errors, "; ")));
   }
   out.warnings = std::move(earlier.warnings);
+  // Decided before anything starts: a node that constrains devices but
+  // cannot put the daemon in the job refuses the job here.
+  std::optional<ContainmentPlan> plan = job_containment_plan(cfg, job);
   std::vector<std::vector<int>> groups;
   if (req.mode == "multi") {
     groups.push_back(job_gpus);
@@ -308,8 +328,21 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
       sr.job_id = job.job_id;
       sr.slurm = SlurmBinding{job.job_id, job.node, req.mode, group, node_gpus};
       sr.limits = req.limits;
+      sr.containment = plan;
       sr.start_timeout = cfg.start_timeout;
       out.started.push_back(start_daemon(s, cfg.tools, store, sr));
+    }
+    if (plan) {
+      std::vector<ProcessIdentity> ids;
+      for (const auto& r : out.started) ids.push_back(r.identity());
+      bool deferred = false;
+      auto errors = contain_daemons(*plan, job.node, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
+      if (!errors.empty()) {
+        throw CudaMpsError(fmt::format("cannot move job {}'s MPS daemons into the job's cgroup: {}", job.job_id, join(errors, "; ")));
+      }
+      out.warnings.push_back(deferred ? fmt::format("daemons of job {} join cgroup {} once Slurm creates it (tasks wait for that)",
+                                                    job.job_id, plan->job_cgroup)
+                                      : fmt::format("daemons of job {} are in cgroup {}", job.job_id, plan->job_cgroup));
     }
   } catch (const CudaMpsError&) {
     for (const auto& r : out.started) {
@@ -455,6 +488,8 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& record
              {"CUDA_MPS_PIPE_DIRECTORY", hit->pipe_directory},
              {"CUDA_MPS_LOG_DIRECTORY", hit->log_directory}};
   env.daemon_name = hit->name;
+  env.daemon_pid = hit->pid;
+  env.containment = hit->containment;
   return env;
 }
 

@@ -55,6 +55,12 @@ std::string job_daemon_name(const std::string& job_id, const std::string& node, 
 // node "n1" never matches a daemon of node "n1.x").
 bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node);
 
+// Where this job's daemons must live on this node (slurm.conf and
+// cgroup.conf beside SLURM_CONF); nullopt when the node does not confine
+// jobs with cgroups or contain=off. Throws CudaMpsError when the node
+// constrains devices but cannot put the daemon in the job.
+std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, const JobContext& job);
+
 struct PrologOutcome {
   std::vector<DaemonRecord> started;
   std::string note;                   // e.g. "job has no GPU on this node: nothing started"
@@ -114,6 +120,8 @@ struct TaskEnvironment {
   std::string daemon_name;                               // empty when no daemon was required and none fits
   std::vector<int> gres_indices;
   std::string note;                                      // why no daemon, when daemon_name is empty
+  pid_t daemon_pid = 0;
+  std::optional<ContainmentPlan> containment;            // where the daemon must be before the task may use it
 };
 
 // Chooses the task's GPUs and the one daemon that serves exactly them, from

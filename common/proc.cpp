@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -120,6 +122,55 @@ std::optional<std::string> SystemProcReader::environ_value(pid_t pid, std::strin
     pos = end + 1;
   }
   return std::nullopt;
+}
+
+std::vector<pid_t> SystemProcReader::pids() {
+  std::vector<pid_t> out;
+  DIR* d = opendir(root_.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    pid_t pid = 0;
+    if (parse_num(e->d_name, pid) && pid > 0) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+std::vector<pid_t> SystemProcReader::children(pid_t pid) {
+  std::vector<pid_t> out;
+  if (pid <= 0) return out;
+  const std::string task_dir = root_ + "/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(task_dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    auto text = slurp(task_dir + "/" + e->d_name + "/children");
+    if (!text) continue;
+    std::string_view t = *text;
+    size_t pos = 0;
+    while (pos < t.size()) {
+      size_t end = t.find(' ', pos);
+      if (end == std::string_view::npos) end = t.size();
+      pid_t child = 0;
+      if (parse_num(t.substr(pos, end - pos), child) && child > 0) out.push_back(child);
+      pos = end + 1;
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+std::optional<std::string> SystemProcReader::comm(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  auto text = slurp(root_ + "/" + std::to_string(pid) + "/comm", 64);
+  if (!text) return std::nullopt;
+  while (!text->empty() && text->back() == '\n') text->pop_back();
+  return text;
+}
+
+std::optional<std::string> SystemProcReader::cgroup(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  return slurp(root_ + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
 }
 
 std::string_view to_string(Liveness l) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,14 @@ class ProcReader {
   virtual std::string boot_id() = 0;
   // One variable of the process environment (root, or the same user, only).
   virtual std::optional<std::string> environ_value(pid_t pid, std::string_view key) = 0;
+  // Every pid in /proc (a snapshot).
+  virtual std::vector<pid_t> pids() { return {}; }
+  // Direct children of every thread of `pid` (/proc/PID/task/*/children).
+  virtual std::vector<pid_t> children(pid_t) { return {}; }
+  // /proc/PID/comm without the newline (15 characters at most).
+  virtual std::optional<std::string> comm(pid_t) { return std::nullopt; }
+  // /proc/PID/cgroup as text.
+  virtual std::optional<std::string> cgroup(pid_t) { return std::nullopt; }
 };
 
 class SystemProcReader final : public ProcReader {
@@ -44,6 +53,10 @@ class SystemProcReader final : public ProcReader {
   std::optional<ProcStat> stat(pid_t pid) override;
   std::string boot_id() override;
   std::optional<std::string> environ_value(pid_t pid, std::string_view key) override;
+  std::vector<pid_t> pids() override;
+  std::vector<pid_t> children(pid_t pid) override;
+  std::optional<std::string> comm(pid_t pid) override;
+  std::optional<std::string> cgroup(pid_t pid) override;
 
  private:
   std::string root_;

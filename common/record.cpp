@@ -60,6 +60,33 @@ T field(const nlohmann::json& j, const char* key) {
 
 std::string record_file_name(const std::string& name) { return name + ".json"; }
 
+nlohmann::json ContainmentPlan::to_json() const {
+  return {{"cgroup_version", cgroup_version},
+          {"mountpoint", mountpoint},
+          {"controllers", controllers},
+          {"job_cgroup", job_cgroup}};
+}
+
+ContainmentPlan ContainmentPlan::from_json(const nlohmann::json& j) {
+  try {
+    ContainmentPlan p;
+    p.cgroup_version = j.at("cgroup_version").get<int>();
+    p.mountpoint = j.at("mountpoint").get<std::string>();
+    p.controllers = j.at("controllers").get<std::vector<std::string>>();
+    p.job_cgroup = j.at("job_cgroup").get<std::string>();
+    if ((p.cgroup_version != 1 && p.cgroup_version != 2) || p.job_cgroup.empty() || p.mountpoint.empty() ||
+        p.mountpoint[0] != '/') {
+      throw CudaMpsError("bad containment values");
+    }
+    for (const auto& c : p.controllers) {
+      if (!is_safe_name(c)) throw CudaMpsError("bad containment controller");
+    }
+    return p;
+  } catch (const nlohmann::json::exception&) {
+    throw CudaMpsError("field 'containment' is malformed");
+  }
+}
+
 nlohmann::json DaemonRecord::to_json() const {
   nlohmann::json j = {
       {"schema_version", schema_version},
@@ -97,6 +124,7 @@ nlohmann::json DaemonRecord::to_json() const {
   } else {
     j["slurm"] = nullptr;
   }
+  if (containment) j["containment"] = containment->to_json();  // absent otherwise: older records stay byte-identical
   return j;
 }
 
@@ -164,6 +192,7 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
     }
     r.slurm = b;
   }
+  if (j.contains("containment") && !j.at("containment").is_null()) r.containment = ContainmentPlan::from_json(j.at("containment"));
   return r;
 }
 

@@ -43,6 +43,20 @@ struct MpsLimits {
   bool operator==(const MpsLimits&) const = default;
 };
 
+// Where a job's daemon must live; recorded as "containment" in its record.
+struct ContainmentPlan {
+  int cgroup_version = 1;
+  std::string mountpoint = "/sys/fs/cgroup";
+  std::vector<std::string> controllers;  // v1 hierarchies to move into (v2: none)
+  // The job-relative cgroup the daemon must be in: v1 the exact leaf
+  // `uid_U/job_J/step_extern` under the Slurm root; v2 `job_J/step_extern`
+  // (the daemon may sit in a child of it).
+  std::string job_cgroup;
+  nlohmann::json to_json() const;
+  static ContainmentPlan from_json(const nlohmann::json& j);  // throws CudaMpsError
+  bool operator==(const ContainmentPlan&) const = default;
+};
+
 struct DaemonRecord {
   static constexpr int kSchemaVersion = 1;
 
@@ -66,6 +80,9 @@ struct DaemonRecord {
   std::optional<SlurmBinding> slurm;
   MpsLimits limits;
   std::vector<std::string> owned_directories;  // removed on stop
+  // Slurm jobs on nodes that contain them: the cgroup the daemon must be in
+  // before a task may use it (absent: not contained, e.g. no cgroup plugin).
+  std::optional<ContainmentPlan> containment;
 
   ProcessIdentity identity() const { return {pid, process_start_ticks, boot_id, uid}; }
   nlohmann::json to_json() const;

@@ -22,6 +22,7 @@ struct PluginConfig {
   std::optional<double> max_threads;              // site maximum for --unilab-mps-threads
   std::optional<unsigned long long> max_mem_bytes;  // site maximum for --unilab-mps-mem
   std::optional<double> default_threads;          // applied when the user gives none
+  std::string contain = "auto";                   // auto | off: daemon in the job's cgroup (containment.hpp)
 };
 
 // Parses plugin arguments; throws CudaMpsError naming the bad argument.

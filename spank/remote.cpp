@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "common/containment.hpp"
 #include "common/errors.hpp"
 #include "common/gres.hpp"
 #include "common/job.hpp"
@@ -57,6 +58,12 @@ int remote_task_init(spank_t sp, int, char**) {
     SystemProcReader proc;
     TaskEnvironment env =
         compute_task_environment(job_records(store, task.job_id, task.node, uid), task, devices, proc, !batch_step);
+    if (!env.daemon_name.empty() && env.containment) {
+      // The prolog's mover puts the daemon into the job's cgroup once Slurm
+      // creates it: no client (and so no MPS server) before that.
+      SystemClock clock;
+      wait_daemon_contained(*env.containment, env.daemon_pid, proc, clock, state().config.start_timeout, env.daemon_name);
+    }
     for (const auto& [k, v] : env.set) {
       if (spank_setenv(sp, k.c_str(), v.c_str(), 1) != ESPANK_SUCCESS) {
         slurm_error("unilab-mps: cannot set %s for the task", k.c_str());

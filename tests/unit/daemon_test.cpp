@@ -368,7 +368,8 @@ TEST_F(StopTest, LiveDaemonQuitsThroughItsOwnPipeAsItsUser) {
   EXPECT_EQ(rep.outcome, "quit");
   EXPECT_EQ(rep.name, rec.name);
   EXPECT_EQ(rep.pid, pid);
-  auto quits = d.runner.with_stdin("quit\n");
+  // `quit -t`: clients still attached are cut off within the stop timeout.
+  auto quits = d.runner.with_stdin("quit -t 5\n");
   ASSERT_EQ(quits.size(), 1u);
   EXPECT_EQ(quits[0].argv, (std::vector<std::string>{d.host.mps_control}));
   EXPECT_EQ(test::env_value(quits[0], "CUDA_MPS_PIPE_DIRECTORY"), rec.pipe_directory);
@@ -420,12 +421,12 @@ TEST_F(StopTest, AHangingQuitStillFitsTheStopTimeout) {
   d.signaller.lethal = {SIGKILL};
   auto inner = d.runner.handler;
   d.runner.handler = [&, inner](const Command& c) {
-    if (c.stdin_data == "quit\n") d.clock.advance(c.timeout);
+    if (c.stdin_data == "quit -t 2\n") d.clock.advance(c.timeout);
     return inner(c);
   };
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 4s);
   EXPECT_EQ(rep.outcome, "killed");
-  EXPECT_LE(d.runner.with_stdin("quit\n").at(0).timeout, 4s);
+  EXPECT_LE(d.runner.with_stdin("quit -t 2\n").at(0).timeout, 4s);
   EXPECT_LE(stop_elapsed(), 4s + 1s);
 }
 
@@ -534,7 +535,8 @@ TEST_F(DaemonTest, StopAllTouchesOnlyInScopeRecords) {
   EXPECT_TRUE(store.read("other-host"));
   EXPECT_FALSE(store.read("mine1"));
   EXPECT_FALSE(store.read("stale"));
-  for (const auto& c : d.runner.with_stdin("quit\n")) {
+  ASSERT_EQ(d.runner.with_stdin("quit -t 5\n").size(), 2u);
+  for (const auto& c : d.runner.with_stdin("quit -t 5\n")) {
     auto pipe = test::env_value(c, "CUDA_MPS_PIPE_DIRECTORY");
     EXPECT_TRUE(pipe == mine1.pipe_directory || pipe == mine2.pipe_directory) << *pipe;
   }

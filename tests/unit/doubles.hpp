@@ -332,7 +332,7 @@ class FakeNvidiaHost {
     auto it = daemons.find(pipe);
     bool live = it != daemons.end() && proc_.alive(it->second);
     if (!live || !answers) return exited(1, "Cannot find MPS control daemon process\n");
-    if (cmd == "quit") {
+    if (cmd == "quit" || cmd.rfind("quit -t ", 0) == 0) {
       ++quits;
       if (quit_ends_daemon) proc_.kill(it->second);
       return exited(0);

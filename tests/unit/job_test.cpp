@@ -322,6 +322,7 @@ class PrologTest : public ::testing::Test {
     cfg.state_dir = tmp / "state";
     cfg.run_dir = tmp / "run";
     cfg.gres_conf = tmp / "gres.conf";
+    cfg.contain = "off";  // containment has its own tests (containment_test.cpp)
     cfg.tools = d.tools;
     cfg.start_timeout = 5s;
     cfg.stop_timeout = 5s;

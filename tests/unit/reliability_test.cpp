@@ -44,6 +44,7 @@ class RecoveryTest : public ::testing::Test {
     cfg.state_dir = tmp / "state";
     cfg.run_dir = tmp / "run";
     cfg.gres_conf = tmp / "gres.conf";
+    cfg.contain = "off";  // containment has its own tests (containment_test.cpp)
     cfg.tools = d.tools;
     cfg.start_timeout = 5s;
     cfg.stop_timeout = 5s;
@@ -58,7 +59,7 @@ class RecoveryTest : public ::testing::Test {
   std::vector<std::string> entries(const std::string& dir) { return exists(dir) ? test::dir_entries(dir) : std::vector<std::string>{}; }
   size_t quits_to(const std::string& pipe) {
     size_t n = 0;
-    for (const auto& c : d.runner.with_stdin("quit\n")) n += test::env_value(c, "CUDA_MPS_PIPE_DIRECTORY") == pipe;
+    for (const auto& c : d.runner.with_stdin("quit -t 2\n")) n += test::env_value(c, "CUDA_MPS_PIPE_DIRECTORY") == pipe;
     return n;
   }
 };
