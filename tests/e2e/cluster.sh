@@ -18,7 +18,11 @@
 #                      without any plugin (PlugStackConfig always points at ours)
 #   PLUGIN_ARGS        key=value plugin arguments (one string, split on blanks)
 #   PLUGIN_REQUIRED=1  `required` instead of `optional` in plugstack.conf
-#   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim (e.g. PrologFlags=Alloc)
+#   CLUSTER_PROLOG_FLAGS  PrologFlags= value; default Contain in cgroup mode (the
+#                      job's extern step cgroup, which unilab-mps moves its
+#                      daemons into, exists only then), none in plain mode;
+#                      "none" omits the line
+#   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim (e.g. SlurmctldParameters=...)
 #   CLUSTER_DEBUG      SlurmdDebug/SlurmctldDebug level (default debug)
 #   CLUSTER_WAIT_S     bound for every wait in this file (default 60)
 #   KEEP_CLUSTER_LOGS=1  cluster_down keeps CLUSTER_DIR instead of removing it
@@ -381,6 +385,9 @@ EOF
                 "$i" "$host" "$((base + i))" "${CLUSTER_CPUS:-8}" "$ngpu"
         done
         printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
+        local flags=${CLUSTER_PROLOG_FLAGS:-}
+        [[ -n $flags ]] || { [[ ${CLUSTER_MODE:-plain} == cgroup ]] && flags=Contain; }
+        [[ -z $flags || $flags == none ]] || printf 'PrologFlags=%s\n' "$flags"
         [[ -z ${CLUSTER_EXTRA_CONF:-} ]] || printf '%s\n' "$CLUSTER_EXTRA_CONF"
     } >"$d/etc/slurm.conf"
 }

@@ -379,6 +379,12 @@ class Daemon {
     while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) {
         log("Received signal " + std::to_string(info.ssi_signo) + ", shutting down");
+        if (cfg_.flag("mps_orphan_servers_on_term") && !servers_.empty()) {
+          // What NVIDIA does not document: a control daemon that exits on
+          // SIGTERM without taking its servers down.
+          log("(fake) mps_orphan_servers_on_term=1: leaving " + std::to_string(servers_.size()) + " server(s) running");
+          servers_.clear();
+        }
         exit_cleanly(0);
       }
     }  // SIGCHLD: reap() runs every iteration
@@ -539,6 +545,7 @@ class Daemon {
       return Reply{"", std::nullopt, true, SteadyClock::now() + std::chrono::seconds(*seconds)};
     }
     if (cmd == fake::kClientConnect) return client_connect(w);
+    if (cmd == fake::kOpenDevices) return open_devices(w);
     return say("Unknown command\n");
   }
 
@@ -563,6 +570,42 @@ class Daemon {
     return Reply{"OK " + std::to_string(server) + " " + devices + "\n", Client{*client, server}, false, std::nullopt};
   }
 
+  // What a process forked by the daemon now (as an MPS server is, at a
+  // client's first connection) may open: "PATH ok" or "PATH <errno name>" per
+  // path. open() is where a device cgroup denies (EPERM); a fake device node
+  // without a driver answers ENXIO, which means allowed.
+  Reply open_devices(const std::vector<std::string>& w) {
+    if (w.size() < 2) return say("Invalid input\n");
+    int out[2];
+    if (::pipe(out) != 0) return say("ERR pipe\n");
+    const pid_t child = ::fork();
+    if (child < 0) return say("ERR fork\n");
+    if (child == 0) {
+      ::close(out[0]);
+      std::string text;
+      for (size_t i = 1; i < w.size(); ++i) {
+        const int fd = ::open(w[i].c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        const int err = errno;
+        if (fd >= 0) ::close(fd);
+        text += w[i] + " " + (fd >= 0 ? "ok" : err == EPERM ? "EPERM" : err == ENXIO ? "ENXIO" : err == ENODEV ? "ENODEV" :
+                                                   err == EACCES ? "EACCES" : err == ENOENT ? "ENOENT" : std::to_string(err)) + "\n";
+      }
+      (void)!::write(out[1], text.data(), text.size());
+      ::_exit(0);
+    }
+    ::close(out[1]);
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(out[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) text.append(buf, static_cast<size_t>(n));
+    }
+    ::close(out[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return say(text);
+  }
+
   // ---- fake MPS servers ---------------------------------------------------------
 
   pid_t server_for(uid_t uid) {
@@ -580,8 +623,10 @@ class Daemon {
   // A server is a sleeping child. It must hold none of the daemon's fds (a
   // held lock or socket would outlive the daemon) and dies with the daemon.
   [[noreturn]] void server_main() {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != pid_) ::_exit(0);
+    if (!cfg_.flag("mps_orphan_servers_on_term")) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != pid_) ::_exit(0);
+    }
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGINT, SIG_DFL);
     sigset_t none;

@@ -78,4 +78,9 @@ inline bool send_all(int fd, const std::string& data) {
 //   the client runs: `OK <server pid> <device,device|unknown>` or `ERR <text>`.
 constexpr const char* kClientConnect = "_client_connect";
 
+// Private test command: `_open_devices PATH...`: a process the daemon forks
+// now tries open() on each path; one line each, `PATH ok` or `PATH EPERM`
+// (denied by a device cgroup), `PATH ENXIO` (allowed, no driver), ...
+constexpr const char* kOpenDevices = "_open_devices";
+
 }  // namespace fake

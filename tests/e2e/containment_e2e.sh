@@ -1,0 +1,352 @@
+#!/usr/bin/env bash
+# Containment and reaping on a real local Slurm cluster (docs/RELIABILITY.md,
+# section "containment"): the job's MPS daemon lives and dies inside the job,
+# and root trusts nothing a user can write. Parts:
+#   cgroup   cgroup v1 with ConstrainDevices=yes and PrologFlags=Contain:
+#            daemon and MPS server in the job's cgroup, only the job's GPU
+#            device files open to them, nothing left after the job (also with
+#            a daemon that ignores quit and leaves its servers on SIGTERM),
+#            the daemon's process state; the same node without Contain
+#            refuses --unilab-mps jobs
+#   plain    no cgroups, so the epilog does the reaping: `quit -t` ends a
+#            daemon whose client outlives the job, servers left behind by a
+#            SIGTERMed daemon are found and killed, hostile directory trees
+#            are removed
+#   helpers  the prolog/epilog helpers with records planted where the state
+#            dir is world-writable, or naming directories that are not theirs
+# Every case prints `CASE <id> PASS|FAIL <observed>` and the suite ends with
+# `N passed, M failed`; it fails when fewer than MIN_CASES cases ran.
+# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers ...]
+# Env: CLUSTER_PORT_BASE (default 18700), KEEP_CLUSTER_LOGS=1.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
+. "$here/cluster.sh"
+build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers ...]}" && pwd)
+shift
+parts=("$@")
+((${#parts[@]})) || parts=(helpers plain cgroup)
+export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18700}
+MIN_CASES=0
+CASES_RUN=0
+
+STAGE=$(mktemp -d /tmp/unilab-contain.XXXXXX)
+chmod 755 "$STAGE"
+stage_binaries "$build" "$STAGE"
+FAKES=$STAGE/fakes
+BIN=$STAGE/bin
+MPS_OPT=SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps
+BG=()
+
+teardown() {
+  cluster_down
+  local p
+  for p in "${BG[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for p in $(mps_daemons_under "$STAGE"); do kill -9 "$p" 2>/dev/null; done
+  for p in $(mps_processes_under "$STAGE"); do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$STAGE"
+}
+trap teardown EXIT
+
+fake_conf() { # fake_conf [key=value...]: the fakes' knobs (read by a daemon when it starts)
+  : >"$FAKES/fake.conf"
+  local kv
+  for kv in "$@"; do printf '%s\n' "$kv" >>"$FAKES/fake.conf"; done
+  chmod 644 "$FAKES/fake.conf"
+}
+fake_conf
+
+case_begin() {
+  CASE_ID=$1
+  CASE_FAIL0=$FAIL
+  CASES_RUN=$((CASES_RUN + 1))
+  echo "-- $1: expect: $2"
+}
+case_end() {
+  local st=PASS
+  [ "$FAIL" -eq "$CASE_FAIL0" ] || st=FAIL
+  printf 'CASE %s %s %s\n' "$CASE_ID" "$st" "$(printf '%s' "$*" | tr '\n' ' ' | sed -e "s#$STAGE#<tmp>#g" -e 's/  */ /g' | cut -c1-300)"
+}
+
+# Every process (any name) whose CUDA_MPS_PIPE_DIRECTORY starts with PREFIX
+# and whose command is an MPS binary (the fake daemon and its servers).
+mps_processes_under() {
+  local prefix=$1 p
+  for p in /proc/[0-9]*; do
+    [[ $(cat "$p/comm" 2>/dev/null) == nvidia-cuda-mps* ]] || continue
+    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$prefix" && echo "${p#/proc/}"
+  done
+}
+children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . || true; }
+rec_field() { sed -n "s/.*\"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}$/\1/p" "$1" | head -n1; }
+cgroup_of() { sed -n "s/^[0-9]*:\([^:]*,\)\{0,1\}$2\(,[^:]*\)\{0,1\}://p" "/proc/$1/cgroup" 2>/dev/null; }
+
+# wait_for SECONDS CMD...: until CMD succeeds (0) or the time is up (1).
+wait_for() {
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS >= deadline)) && return 1
+    sleep 0.2
+  done
+}
+record_running() { [ -f "$1" ] && grep -q '"state": "running"' "$1"; }
+has_child() { [ -n "$(children_of "$1")" ]; }
+
+ensure_test_users
+U1=$(id -u unimps1)
+G1=$(id -g unimps1)
+
+# ------------------------------------------------------------------ cluster parts
+bring_up() { # bring_up MODE [PrologFlags]
+  CLUSTER_DIR=$(mktemp -d /tmp/unilab-contain-c.XXXXXX)
+  chmod 755 "$CLUSTER_DIR"
+  STATE_DIR=$CLUSTER_DIR/mps-state
+  RUN_DIR=$CLUSTER_DIR/mps-run
+  GPU_DEVS=("$CLUSTER_DIR/dev/nvidia3" "$CLUSTER_DIR/dev/nvidia1" "$CLUSTER_DIR/dev/nvidia0" "$CLUSTER_DIR/dev/nvidia2")
+  CLUSTER_MODE=$1 CLUSTER_NODES=1 CLUSTER_PROLOG_FLAGS=${2:-} PLUGIN_SO=$STAGE/unilab_mps.so \
+    PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=3" \
+    cluster_up
+}
+
+# submit WRAP...: an --unilab-mps batch job of unimps1 on one GPU; sets JOB.
+submit() {
+  local out
+  out=$(as_user unimps1 sbatch --parsable --unilab-mps --gres=gpu:1 -o "/tmp/contain-%j.out" --wrap "$*" 2>&1)
+  JOB=${out%%;*}
+  [[ $JOB =~ ^[0-9]+$ ]] || { fail "sbatch failed" "$out"; JOB=; return 1; }
+}
+# The record of JOB's daemon (one GPU): sets REC, DPID, GRES, PIPE.
+find_record() {
+  REC=
+  wait_for 30 bash -c "ls '$STATE_DIR'/job$JOB.n1.gpu*.json" || return 1
+  REC=$(ls "$STATE_DIR"/job"$JOB".n1.gpu*.json | head -n1)
+  wait_for 30 record_running "$REC" || return 1
+  DPID=$(rec_field "$REC" pid)
+  PIPE=$(rec_field "$REC" pipe_directory)
+  GRES=${REC##*.gpu}
+  GRES=${GRES%.json}
+}
+client_cmd() { printf '%s' "srun $FAKES/fake-cuda-client --hold $1"; }
+
+cgroup_part() {
+  fake_conf
+  bring_up cgroup || { fail "cgroup: cluster up"; cluster_down; return; }
+
+  case_begin contain.cgroup "daemon and MPS server sit in the job's step_extern cgroup (devices and freezer)"
+  submit "$(client_cmd 30)"
+  find_record || fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+  local d_dev d_frz spid s_dev s_frz
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  spid=$(children_of "$DPID" | head -n1)
+  d_dev=$(cgroup_of "$DPID" devices) d_frz=$(cgroup_of "$DPID" freezer)
+  s_dev=$(cgroup_of "$spid" devices) s_frz=$(cgroup_of "$spid" freezer)
+  expect_contains "daemon's devices cgroup is the job's extern step" "$d_dev|" "/uid_$U1/job_$JOB/step_extern|"
+  expect_contains "daemon's freezer cgroup is the job's extern step" "$d_frz|" "/uid_$U1/job_$JOB/step_extern|"
+  expect_contains "server's devices cgroup is the job's extern step" "$s_dev|" "/uid_$U1/job_$JOB/step_extern|"
+  expect_contains "server's freezer cgroup is the job's extern step" "$s_frz|" "/uid_$U1/job_$JOB/step_extern|"
+  case_end "daemon devices=$d_dev freezer=$d_frz; server devices=$s_dev"
+
+  case_begin contain.devices "a process the daemon forks opens only the job's GPU device file"
+  local probe own other want=() i
+  probe=$(printf '_open_devices %s\n' "${GPU_DEVS[*]}" | as_user unimps1 env CUDA_MPS_PIPE_DIRECTORY="$PIPE" "$FAKES/nvidia-cuda-mps-control" 2>&1)
+  for i in 0 1 2 3; do
+    if [ "$i" = "$GRES" ]; then want+=("${GPU_DEVS[$i]} ENXIO"); else want+=("${GPU_DEVS[$i]} EPERM"); fi
+  done
+  expect_eq "the job's GPU is open to the daemon's tree, the node's other GPUs are denied" "$(printf '%s\n' "${want[@]}")" "$probe"
+  # The control: the same user outside the job may open every device file,
+  # so the EPERM above comes from the job's cgroup.
+  other=$(( (GRES + 1) % 4 ))
+  own=$(as_user unimps1 bash -c "exec 3<'${GPU_DEVS[$other]}'" 2>&1)
+  expect_contains "outside the job the same device file is not denied" "$own" "No such device or address"
+  case_end "$(printf '%s' "$probe" | sed "s#$CLUSTER_DIR/dev/##g")"
+
+  case_begin contain.state "the daemon runs with umask 077, cwd /, its own session, sane limits, oom_score_adj 0"
+  local umask cwd sid nofile oom
+  umask=$(sed -n 's/^Umask:[[:space:]]*//p' "/proc/$DPID/status")
+  cwd=$(readlink "/proc/$DPID/cwd")
+  sid=$(awk '{sub(/.*\) /, ""); print $4}' "/proc/$DPID/stat")
+  nofile=$(awk '/^Max open files/ {print $4 "/" $5}' "/proc/$DPID/limits")
+  oom=$(cat "/proc/$DPID/oom_score_adj")
+  expect_eq "umask" 0077 "$umask"
+  expect_eq "working directory" / "$cwd"
+  check "own session (not slurmd's)" test "$sid" != "$(awk '{sub(/.*\) /, ""); print $4}' "/proc/$(cat "$CLUSTER_DIR/state/slurmd-n1.pid")/stat")"
+  expect_eq "open files soft/hard" "16384/16384" "$nofile"
+  expect_eq "oom_score_adj" 0 "$oom"
+  case_end "umask=$umask cwd=$cwd nofile=$nofile oom_score_adj=$oom"
+
+  case_begin contain.reaped "scancel: no process of the daemon's tree, dir or record is left"
+  as_user unimps1 scancel "$JOB"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  check_not "daemon pid $DPID is gone" proc_running "$DPID"
+  check_not "server pid $spid is gone" proc_running "${spid:-0}"
+  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
+  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+  case_end "daemon and server gone after scancel"
+
+  case_begin contain.reaped-stubborn "a daemon that ignores quit and leaves its servers on SIGTERM still leaves nothing"
+  fake_conf mps_ignore_quit=1 mps_orphan_servers_on_term=1
+  submit "$(client_cmd 30)"
+  find_record || fail "the job's daemon record appears"
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  spid=$(children_of "$DPID" | head -n1)
+  as_user unimps1 scancel "$JOB"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  check_not "daemon pid $DPID is gone" proc_running "$DPID"
+  check_not "server pid $spid is gone" proc_running "${spid:-0}"
+  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
+  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+  fake_conf
+  case_end "daemon and orphaned server gone"
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+
+  case_begin contain.refused "ConstrainDevices=yes without PrologFlags=Contain: --unilab-mps jobs are refused, naming the setting"
+  bring_up cgroup none || { fail "cgroup (no Contain): cluster up"; cluster_down; return; }
+  local out rc
+  out=$(as_user unimps1 srun --immediate=30 --unilab-mps --gres=gpu:1 "$FAKES/fake-cuda-client" --hold 0 2>&1)
+  rc=$?
+  check "the job fails" test "$rc" -ne 0
+  expect_not_contains "no task reached an MPS daemon" "$out" "connected to MPS server"
+  expect_contains "slurmd log names the setting" "$(grep 'unilab-mps' "$(slurmd_log)")" "add PrologFlags=Contain"
+  expect_eq "no daemon was started" "" "$(mps_processes_under "$RUN_DIR/")"
+  case_end "$(grep -o 'unilab-mps: job [0-9]* prolog failed: [^;]*' "$(slurmd_log)" | head -n1)"
+  scontrol update nodename=n1 state=resume >/dev/null 2>&1
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+}
+
+plain_part() {
+  fake_conf
+  bring_up plain || { fail "plain: cluster up"; cluster_down; return; }
+
+  case_begin reap.quit-timeout "a client that outlives the job does not keep the daemon: quit -t ends it within stop_timeout"
+  local uuid cout cpid spid
+  submit "sleep 6"
+  find_record || fail "the job's daemon record appears"
+  uuid=$(sed -n 's/.*"\(GPU-[0-9a-f-]*\)".*/\1/p' "$REC" | head -n1)
+  cout=$STAGE/client.out
+  as_user unimps1 env CUDA_MPS_PIPE_DIRECTORY="$PIPE" CUDA_VISIBLE_DEVICES="$uuid" "$FAKES/fake-cuda-client" --hold 60 >"$cout" 2>&1 &
+  cpid=$!
+  BG+=("$cpid")
+  wait_for 10 grep -q "connected to MPS server" "$cout" || fail "the outside client connected" "$(cat "$cout")"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  check_not "daemon pid $DPID is gone" proc_running "$DPID"
+  expect_contains "the epilog's quit ended the daemon (not a signal)" "$(grep "job $JOB: daemon" "$(slurmd_log)")" "): quit"
+  wait_for 5 grep -q "connection was lost" "$cout"
+  expect_contains "the client was cut off" "$(cat "$cout")" "connection was lost"
+  case_end "$(grep -o "job $JOB: daemon [^ ]* (pid [0-9]*): [a-z]*" "$(slurmd_log)" | sed 's/pid [0-9]*/pid N/')"
+
+  case_begin reap.orphan-servers "servers that outlive a SIGTERMed daemon are found by their pipe dir and killed"
+  fake_conf mps_ignore_quit=1 mps_orphan_servers_on_term=1
+  submit "$(client_cmd 4)"
+  find_record || fail "the job's daemon record appears"
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  spid=$(children_of "$DPID" | head -n1)
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  check_not "daemon pid $DPID is gone" proc_running "$DPID"
+  check_not "orphaned server pid $spid is gone" proc_running "${spid:-0}"
+  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
+  expect_contains "the epilog says what it killed" "$(grep "unilab-mps: job $JOB" "$(slurmd_log)")" "killed 1 leftover MPS process"
+  fake_conf
+  case_end "$(grep -o "killed [0-9]* leftover MPS process(es)" "$(slurmd_log)" | tail -n1)"
+
+  case_begin hostile.deep-tree "a job that leaves a 30,000-level chain and 20,000 files in its dirs: the epilog removes all, the node stays up"
+  submit 'cd "$CUDA_MPS_LOG_DIRECTORY" && python3 -c "
+import os
+for i in range(20000): open(\"f%d\" % i, \"w\").close()
+os.chdir(os.environ[\"CUDA_MPS_PIPE_DIRECTORY\"])
+for i in range(30000):
+    os.mkdir(\"d\"); os.chdir(\"d\")
+print(\"built\")
+"'
+  find_record || fail "the job's daemon record appears"
+  wait_job_gone "$JOB" 120 || fail "job $JOB ends"
+  expect_contains "the job built its tree" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)" "built"
+  expect_eq "node n1 is idle (not drained)" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
+  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+  case_end "node $(sinfo -h -n n1 -N -o %T | sort -u); leftovers: $(ls -A "$RUN_DIR" 2>/dev/null | grep -c "^job$JOB\.")"
+  rm -f /tmp/contain-*.out
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+}
+
+# ------------------------------------------------------------------ helpers part
+H=$STAGE/h
+helper_env() { # helper_env JOB CMD...: what slurmd gives a prolog/epilog (unimps1, n1, GRES 0)
+  local job=$1
+  shift
+  env -i SLURM_JOB_ID="$job" SLURM_JOB_UID="$U1" SLURM_JOB_GID="$G1" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
+    SLURM_CONF="$H/etc/slurm.conf" "$MPS_OPT=(null)" "$@"
+}
+plant_record() { # plant_record FILE JOB OWNED_DIR
+  cat >"$1" <<EOF
+{"schema_version": 1, "name": "job$2.n1.gpu0", "uid": $U1, "gid": $G1, "host": "n1",
+ "topology_mode": "single_gpu", "gpu_uuids": ["GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16"],
+ "pipe_directory": "$3/pipe", "log_directory": "$3/log", "pid": 1, "process_start_ticks": 1,
+ "created_at": 0, "boot_id": "", "state": "running", "job_id": "$2",
+ "slurm": {"job_id": "$2", "node": "n1", "mode": "auto", "gres_indices": [0], "node_gpus": []},
+ "limits": {"active_thread_percentage": null, "pinned_mem_limit": null}, "owned_directories": ["$3"]}
+EOF
+}
+
+helpers_part() {
+  mkdir -p "$H/dev" "$H/etc" "$H/victim/keep" "$H/run"
+  chmod 755 "$H" "$H/dev" "$H/etc" "$H/run"
+  mknod -m 666 "$H/dev/nvidia0" c 195 0
+  echo "NodeName=n1 Name=gpu File=$H/dev/nvidia0" >"$H/etc/gres.conf"
+  : >"$H/etc/slurm.conf"
+  echo precious >"$H/victim/keep/file"
+  local args out rc
+
+  case_begin trust.world-writable-state "a record planted by a user in a world-writable state dir deletes nothing"
+  mkdir -p "$H/ww"
+  chmod 1777 "$H/ww"
+  as_user unimps1 bash -c "$(declare -f plant_record); U1=$U1 G1=$G1; plant_record '$H/ww/job77.n1.gpu0.json' 77 '$H/victim'"
+  check "the user could plant its record" test -f "$H/ww/job77.n1.gpu0.json"
+  args=("state_dir=$H/ww" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "mps_control=$FAKES/nvidia-cuda-mps-control")
+  out=$(helper_env 77 "$BIN/unilab-mps-epilog" "${args[@]}" 2>&1)
+  rc=$?
+  check "the victim tree is intact" test -f "$H/victim/keep/file"
+  check "the epilog reports a failure (exit 1)" test "$rc" -eq 1
+  expect_contains "the epilog names the writable state dir" "$out" "writable by group or others"
+  case_end "exit $rc: $out"
+
+  case_begin trust.owned-dirs "a root-written record whose owned_directories is not run_dir/<name> removes nothing"
+  mkdir -p "$H/state"
+  chmod 755 "$H/state"
+  plant_record "$H/state/job78.n1.gpu0.json" 78 "$H/victim"
+  chmod 644 "$H/state/job78.n1.gpu0.json"
+  args=("state_dir=$H/state" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "mps_control=$FAKES/nvidia-cuda-mps-control")
+  out=$(helper_env 78 "$BIN/unilab-mps-epilog" "${args[@]}" 2>&1)
+  rc=$?
+  check "the victim tree is intact" test -f "$H/victim/keep/file"
+  expect_contains "the epilog reports the record" "$out" "owned_directories"
+  case_end "exit $rc: $out"
+
+  case_begin trust.record-owner "a record file owned by the user is never trusted: the live process it names is not signalled"
+  local victim ticks
+  victim=$(setpriv --reuid="$U1" --regid="$G1" --init-groups sleep 600 </dev/null >/dev/null 2>&1 & echo $!)
+  BG+=("$victim")
+  sleep 0.2
+  ticks=$(awk '{sub(/.*\) /, ""); print $20}' "/proc/$victim/stat")
+  plant_record "$H/state/job79.n1.gpu0.json" 79 "$H/run/job79.n1.gpu0"
+  sed -i -e "s/\"pid\": 1,/\"pid\": $victim,/" -e "s/\"process_start_ticks\": 1,/\"process_start_ticks\": $ticks,/" \
+    -e "s/\"boot_id\": \"\"/\"boot_id\": \"$(cat /proc/sys/kernel/random/boot_id)\"/" "$H/state/job79.n1.gpu0.json"
+  chown unimps1 "$H/state/job79.n1.gpu0.json"
+  out=$(helper_env 79 "$BIN/unilab-mps-epilog" "${args[@]}" 2>&1)
+  rc=$?
+  check "the process the record names was not signalled" proc_running "$victim"
+  expect_contains "the epilog says who owns the record" "$out" "owned by uid $U1"
+  case_end "exit $rc: $out"
+}
+
+for part in "${parts[@]}"; do
+  echo "== part: $part"
+  case $part in
+    helpers) MIN_CASES=$((MIN_CASES + 3)); helpers_part ;;
+    plain) MIN_CASES=$((MIN_CASES + 3)); plain_part ;;
+    cgroup) MIN_CASES=$((MIN_CASES + 5)); cgroup_part ;;
+    *) fail "unknown part $part" ;;
+  esac
+done
+echo "containment: $CASES_RUN cases run (at least $MIN_CASES expected)"
+[ "$CASES_RUN" -ge "$MIN_CASES" ] && [ "$CASES_RUN" -gt 0 ] || fail "containment: only $CASES_RUN cases ran"
+finish
