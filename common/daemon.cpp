@@ -1,5 +1,6 @@
 #include "common/daemon.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -166,6 +167,17 @@ Layout prepare_directories(const StartRequest& req) {
     Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
     l.owned.push_back(req.base_directory + "/" + req.name);
     if (created) l.created.push_back(req.base_directory + "/" + req.name);
+    if (req.private_fs && root) {
+      const std::string path = req.base_directory + "/" + req.name;
+      if (std::string e = unmount_private_fs(base.get(), req.name, path); !e.empty()) throw CudaMpsError(e);
+      try {
+        mount_private_fs(base.get(), req.name, path, req.uid, req.gid, *req.private_fs);
+      } catch (const CudaMpsError&) {
+        if (created) unlinkat(base.get(), req.name.c_str(), AT_REMOVEDIR);
+        throw;
+      }
+      named = ensure_private_dir(base.get(), req.name, req.uid, req.gid);  // the tmpfs root now
+    }
     if (!req.pipe_directory) {
       ensure_private_dir(named.get(), "pipe", req.uid, req.gid);
       l.pipe = req.base_directory + "/" + req.name + "/pipe";
@@ -243,6 +255,14 @@ std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
     try {
       auto [parent, leaf] = split_parent(dir);
       Fd p = open_trusted_dir(parent, record.uid);
+      // A daemon directory with its own tmpfs: the unmount takes the whole
+      // tree (what remains is the empty mount point).
+      if (geteuid() == 0) {
+        if (std::string e = unmount_private_fs(p.get(), leaf, dir); !e.empty()) {
+          errors.push_back(e);
+          continue;
+        }
+      }
       std::string e = remove_tree_at(p.get(), leaf);
       if (!e.empty()) errors.push_back(fmt::format("{}: {}", dir, e));
     } catch (const CudaMpsError& e) {

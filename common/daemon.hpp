@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mps_control.hpp"
+#include "common/private_fs.hpp"
 #include "common/proc.hpp"
 #include "common/record.hpp"
 #include "common/runner.hpp"
@@ -63,6 +64,8 @@ struct StartRequest {
   std::optional<SlurmBinding> slurm;
   MpsLimits limits;
   std::optional<ContainmentPlan> containment;  // recorded for the task path
+  // Root only: a size-limited tmpfs on `<base_directory>/<name>` (private_fs.hpp).
+  std::optional<PrivateFsLimits> private_fs;
   std::chrono::milliseconds start_timeout{10000};
 };
 

@@ -329,6 +329,7 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
       sr.slurm = SlurmBinding{job.job_id, job.node, req.mode, group, node_gpus};
       sr.limits = req.limits;
       sr.containment = plan;
+      sr.private_fs = cfg.dir_size;
       sr.start_timeout = cfg.start_timeout;
       out.started.push_back(start_daemon(s, cfg.tools, store, sr));
     }

@@ -37,7 +37,7 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
     auto eq = arg.find('=');
     if (eq == std::string::npos) {
       throw CudaMpsError(fmt::format("plugin argument '{}' is not key=value (known keys: state_dir, run_dir, nvidia_smi, "
-                                     "mps_control, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain)",
+                                     "mps_control, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
                                      arg));
     }
     std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
@@ -61,6 +61,14 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
       cfg.default_threads = parse_thread_percentage(value, std::nullopt);
     } else if (key == "max_mem") {
       cfg.max_mem_bytes = parse_size_bytes(value);
+    } else if (key == "dir_size") {
+      if (value == "off") {
+        cfg.dir_size.reset();
+      } else {
+        unsigned long long bytes = parse_size_bytes(value);
+        if (bytes < (1ULL << 20)) throw CudaMpsError(fmt::format("plugin argument dir_size={}: give at least 1M, or off", value));
+        cfg.dir_size = PrivateFsLimits{bytes, PrivateFsLimits{}.inodes};
+      }
     } else if (key == "contain") {
       if (value != "auto" && value != "off") {
         throw CudaMpsError(fmt::format("plugin argument contain={}: use auto (the daemon joins the job's cgroup where the "
@@ -70,7 +78,7 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
       cfg.contain = value;
     } else {
       throw CudaMpsError(fmt::format("unknown plugin argument '{}' (known keys: state_dir, run_dir, nvidia_smi, mps_control, "
-                                     "gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain)",
+                                     "gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
                                      key));
     }
   }

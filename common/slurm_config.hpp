@@ -23,6 +23,7 @@ struct PluginConfig {
   std::optional<unsigned long long> max_mem_bytes;  // site maximum for --unilab-mps-mem
   std::optional<double> default_threads;          // applied when the user gives none
   std::string contain = "auto";                   // auto | off: daemon in the job's cgroup (containment.hpp)
+  std::optional<PrivateFsLimits> dir_size = PrivateFsLimits{};  // dir_size=: each daemon dir's own tmpfs; off: none
 };
 
 // Parses plugin arguments; throws CudaMpsError naming the bad argument.

@@ -20,10 +20,12 @@ char kOptMpsUsage[] =
     "or multi (one daemon for all of the job's GPUs on a node).";
 char kOptThreads[] = "unilab-mps-threads";
 char kOptThreadsArg[] = "PCT";
-char kOptThreadsUsage[] = "With --unilab-mps: MPS default active thread percentage (0-100] for the job's daemons.";
+char kOptThreadsUsage[] = "With --unilab-mps: MPS default active thread percentage (0-100] for the job's daemons (a default for the "
+    "job's own clients, which the job can change; not a limit between users).";
 char kOptMem[] = "unilab-mps-mem";
 char kOptMemArg[] = "SIZE";
-char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G).";
+char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G; a default the job can change, "
+    "not a limit between users).";
 
 int on_mode(int, const char* optarg, int) {
   try {

@@ -74,7 +74,7 @@ mps_processes_under() {
   local prefix=$1 p
   for p in /proc/[0-9]*; do
     [[ $(cat "$p/comm" 2>/dev/null) == nvidia-cuda-mps* ]] || continue
-    tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$prefix" && echo "${p#/proc/}"
+    { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -q "^CUDA_MPS_PIPE_DIRECTORY=$prefix" && echo "${p#/proc/}"
   done
 }
 children_of() { cat /proc/"$1"/task/*/children 2>/dev/null | tr ' ' '\n' | grep . || true; }
@@ -105,8 +105,10 @@ bring_up() { # bring_up MODE [PrologFlags]
   RUN_DIR=$CLUSTER_DIR/mps-run
   GPU_DEVS=("$CLUSTER_DIR/dev/nvidia3" "$CLUSTER_DIR/dev/nvidia1" "$CLUSTER_DIR/dev/nvidia0" "$CLUSTER_DIR/dev/nvidia2")
   CLUSTER_MODE=$1 CLUSTER_NODES=1 CLUSTER_PROLOG_FLAGS=${2:-} PLUGIN_SO=$STAGE/unilab_mps.so \
-    PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=3" \
-    cluster_up
+    PLUGIN_ARGS="$(plugin_args)" cluster_up
+}
+plugin_args() { # plugin_args [extra...]
+  printf '%s' "state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=3${1:+ $*}"
 }
 
 # submit WRAP...: an --unilab-mps batch job of unimps1 on one GPU; sets JOB.
@@ -249,7 +251,29 @@ plain_part() {
   fake_conf
   case_end "$(grep -o "killed [0-9]* leftover MPS process(es)" "$(slurmd_log)" | tail -n1)"
 
-  case_begin hostile.deep-tree "a job that leaves a 30,000-level chain and 20,000 files in its dirs: the epilog removes all, the node stays up"
+  case_begin hostile.fill-fs "a job that fills its pipe/log dirs fills only its own 64 MiB tmpfs; another job still starts; the mount goes with the job"
+  submit 'dd if=/dev/zero of="$CUDA_MPS_LOG_DIRECTORY/fill" bs=1M count=200 2>&1 | tail -n1; cd "$CUDA_MPS_PIPE_DIRECTORY" && i=0; while touch f$i 2>/dev/null; do i=$((i+1)); done; echo "files=$i"; df -k --output=fstype,size "$CUDA_MPS_LOG_DIRECTORY" | tail -n1; sleep 10'
+  find_record || fail "the job's daemon record appears"
+  wait_for 60 grep -q '^files=' /tmp/contain-"$JOB".out || fail "the job filled its dirs" "$(cat /tmp/contain-"$JOB".out)"
+  local jout other
+  jout=$(cat /tmp/contain-"$JOB".out)
+  expect_contains "the bytes stopped at the job's own 64 MiB" "$jout" "(67 MB, 64 MiB) copied"
+  expect_contains "the job's dirs are a 64 MiB tmpfs" "$jout" "tmpfs 65536"
+  check "the job's dir is its own tmpfs mount" grep -q " $RUN_DIR/job$JOB.n1.gpu0 tmpfs " /proc/mounts
+  check "the inodes stopped at the job's own limit (4096 with the daemon's files)" test "$(sed -n 's/^files=//p' <<<"$jout")" -lt 4096
+  other=$(as_user unimps2 srun --immediate=30 --unilab-mps --gres=gpu:1 "$FAKES/fake-cuda-client" --hold 0 2>&1)
+  expect_contains "another user's job starts and reaches its daemon meanwhile" "$other" "connected to MPS server"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  expect_eq "no mount of the job is left" "" "$(grep " $RUN_DIR/job$JOB" /proc/mounts || true)"
+  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+  expect_eq "node n1 is idle" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
+  case_end "$(printf '%s' "$jout" | grep -E 'copied|^files=|^tmpfs' | tr '\n' ' ')"
+
+  # Without the private tmpfs (dir_size=off) the epilog itself must remove
+  # whatever tree the job left, however deep or wide.
+  PLUGIN_SO=$STAGE/unilab_mps.so PLUGIN_ARGS="$(plugin_args dir_size=off)" write_plugstack_conf
+  cluster_restart_slurmd >/dev/null 2>&1 || fail "slurmd restarts with dir_size=off"
+  case_begin hostile.deep-tree "dir_size=off: a job that leaves a 30,000-level chain and 20,000 files in its dirs: the epilog removes all, the node stays up"
   submit 'cd "$CUDA_MPS_LOG_DIRECTORY" && python3 -c "
 import os
 for i in range(20000): open(\"f%d\" % i, \"w\").close()
@@ -342,7 +366,7 @@ for part in "${parts[@]}"; do
   echo "== part: $part"
   case $part in
     helpers) MIN_CASES=$((MIN_CASES + 3)); helpers_part ;;
-    plain) MIN_CASES=$((MIN_CASES + 3)); plain_part ;;
+    plain) MIN_CASES=$((MIN_CASES + 4)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 5)); cgroup_part ;;
     *) fail "unknown part $part" ;;
   esac

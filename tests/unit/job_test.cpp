@@ -323,6 +323,7 @@ class PrologTest : public ::testing::Test {
     cfg.run_dir = tmp / "run";
     cfg.gres_conf = tmp / "gres.conf";
     cfg.contain = "off";  // containment has its own tests (containment_test.cpp)
+    cfg.dir_size.reset();  // the private tmpfs needs root: its own e2e case
     cfg.tools = d.tools;
     cfg.start_timeout = 5s;
     cfg.stop_timeout = 5s;
