@@ -14,6 +14,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/errors.hpp"
 #include "common/runner.hpp"
@@ -173,6 +174,46 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
         job_id, own.value_or("?")));
   }
   return plan;
+}
+
+ContainmentAdvice containment_advice(const CgroupSite& site, const std::string& mode, bool v1_mounted) {
+  const int version = site.cgroup_plugin == "cgroup/v2" ? 2 : site.cgroup_plugin == "cgroup/v1" ? 1 : (v1_mounted ? 1 : 2);
+  if (!site.constrain_devices && !site.proctrack_cgroup) {
+    return {"ok", "no cgroup confinement on this node (no ConstrainDevices, no proctrack/cgroup): a job's daemon reaches what "
+                  "any process of the job's user can; the epilog stops it"};
+  }
+  if (mode == "off") {
+    return {"warn", "contain=off: daemons stay in slurmd's cgroup, outside the job's device constraint and not killed with the "
+                    "job (the epilog stops them); remove contain=off"};
+  }
+  if (!site.prolog_contain && !site.prolog_run_in_job) {
+    if (site.constrain_devices) {
+      return {"fail", "ConstrainDevices=yes but PrologFlags has neither Contain nor RunInJob: every --unilab-mps job is "
+                      "refused here; add PrologFlags=Contain (RunInJob on Slurm 23.11+) and restart slurmctld and slurmd"};
+    }
+    return {"warn", "proctrack/cgroup without PrologFlags=Contain: daemons cannot join their job's cgroup and are stopped by "
+                    "the epilog only; add PrologFlags=Contain"};
+  }
+  if (version == 2 && !site.prolog_run_in_job) {
+    return {"fail", "cgroup v2 needs PrologFlags=RunInJob (Slurm 23.11+) for the daemon to start inside its job's cgroup: "
+                    "every --unilab-mps job is refused here; add RunInJob"};
+  }
+  std::vector<std::string> ctrls;
+  if (version == 1) {
+    if (site.proctrack_cgroup) ctrls.push_back("freezer");
+    if (site.constrain_devices) ctrls.push_back("devices");
+    if (site.constrain_ram) ctrls.push_back("memory");
+    if (site.constrain_cores) ctrls.push_back("cpuset");
+  }
+  std::string where = version == 1 ? fmt::format("cgroup v1 ({})", fmt::join(ctrls, ",")) : std::string("cgroup v2");
+  if (version == 1 && !site.proctrack_cgroup) {
+    return {"warn", fmt::format("daemons join their job's step_extern in {}, but without ProctrackType=proctrack/cgroup Slurm "
+                                "does not kill them with the job (the epilog stops them)",
+                                where)};
+  }
+  return {"ok", fmt::format("daemons join their job's step_extern in {} (PrologFlags {}): device-constrained and killed with "
+                            "the job",
+                            where, site.prolog_run_in_job ? "RunInJob" : "Contain")};
 }
 
 std::optional<std::vector<std::string>> extern_step_procs_files(const ContainmentPlan& plan, const std::string& node,

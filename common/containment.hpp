@@ -79,6 +79,15 @@ class SystemCgroupFs final : public CgroupFs {
 std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const std::string& mode, uid_t uid,
                                                 const std::string& job_id, const std::string& own_cgroup, CgroupFs& fs);
 
+// What `doctor --node` says about containment on a node: status ok | warn |
+// fail and one line naming what is missing. `v1_mounted`: the freezer
+// hierarchy exists under the cgroup mount point (autodetect picks v1).
+struct ContainmentAdvice {
+  std::string status;
+  std::string detail;
+};
+ContainmentAdvice containment_advice(const CgroupSite& site, const std::string& mode, bool v1_mounted);
+
 // The v1 cgroup.procs files of the job's extern step for `node`, when every
 // controller's step_extern exists (Slurm's root is `slurm_<node>` on builds
 // with multiple-slurmd support, else `slurm`); nullopt while one is missing.

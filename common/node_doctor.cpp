@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "common/containment.hpp"
 #include "common/errors.hpp"
 #include "common/gpu.hpp"
 #include "common/gres.hpp"
@@ -751,6 +752,22 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
           "no PrologFlags=Alloc: daemons start when the job's first step reaches the node (the batch script, or the first "
           "srun of an salloc); set it to fail a broken node before user code runs");
     }
+  }
+
+  // whether the daemons can live in their job's cgroup
+  {
+    std::optional<SlurmConf> cgroup_conf;
+    const std::string cgroup_path = dir_of(opt.slurm_conf) + "/cgroup.conf";
+    if (probe.stat(cgroup_path).exists) {
+      try {
+        cgroup_conf = read_slurm_conf(probe, cgroup_path);
+      } catch (const CudaMpsError& e) {
+        add("containment", "fail", e.what());
+      }
+    }
+    CgroupSite site = cgroup_site_from(conf, cgroup_conf);
+    ContainmentAdvice advice = containment_advice(site, cfg.contain, probe.stat(site.mountpoint + "/freezer").is_dir);
+    add("containment", advice.status, advice.detail);
   }
   return rep;
 }
