@@ -6,6 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=${1:?usage: $0 BUILD_DIR}
+MIN_CHECKS=20
 cli=$build/cli/unilab-mps
 man=$build/cli/unilab-mps.1
 check "the man page was generated" test -s "$man"
@@ -16,7 +17,11 @@ for c in $commands; do
   section=".SS $(printf '%s' "$c" | sed 's/-/\\-/g')"   # roff spells '-' as '\-'
   check "section for command '$c'" grep -qxF -- "$section" "$man"
   synopsis=$("$cli" "$c" --help | sed -n '1s/^usage: unilab-mps //p' | sed 's/-/\\-/g')
-  check "synopsis of '$c' as in --help" grep -qF -- "$synopsis" "$man"
+  # An empty synopsis would match any file: it must name the command.
+  case $synopsis in
+    "$(printf '%s' "$c" | sed 's/-/\\-/g')"*) check "synopsis of '$c' as in --help" grep -qF -- "$synopsis" "$man" ;;
+    *) fail "synopsis of '$c' as in --help" "\`unilab-mps $c --help\` has no 'usage: unilab-mps $c ...' first line (got '$synopsis')" ;;
+  esac
 done
 for opt in $(printf '%s\n' "$help" | sed -n '/^global options:/,/^$/p' | sed -n 's/^  \(--[a-z-]*\).*/\1/p'); do
   check "global option $opt" grep -qF -- "$(printf '%s' "$opt" | sed 's/-/\\-/g')" "$man"
