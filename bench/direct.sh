@@ -66,21 +66,24 @@ run_helper() { # run_helper prolog|epilog JOB GPUS MODE
 # One job through prolog and epilog; rows for times and subprocess counts.
 # measure_job SUITE CASE PARAM LATENCY GPUS MODE
 measure_job() {
-  local suite=$1 case=$2 param=$3 lat=$4 gpus=$5 mode=$6 t rc
+  local suite=$1 case=$2 param=$3 lat=$4 gpus=$5 mode=$6 t rc ms
   JOB=$((JOB + 1))
   reset_call_log
   t=$(now_us)
   run_helper prolog "$JOB" "$gpus" "$mode"; rc=$?
-  row "$suite" "$case" "$param" "$lat" prolog_ms "$(elapsed_ms "$t")"
+  ms=$(elapsed_ms "$t")
+  # A failed run's time is not a measurement: checked before it is recorded.
   [ "$rc" -eq 0 ] || { bench_log "prolog of job $JOB failed ($suite $case $param): $(tail -3 "$W/helper.log")"; return 1; }
+  row "$suite" "$case" "$param" "$lat" prolog_ms "$ms"
   row "$suite" "$case" "$param" "$lat" prolog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row "$suite" "$case" "$param" "$lat" prolog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
   row "$suite" "$case" "$param" "$lat" prolog_daemons "$(count_calls "$BENCH_CALL_LOG" mps-daemon)"
   reset_call_log
   t=$(now_us)
   run_helper epilog "$JOB" "$gpus" "$mode"; rc=$?
-  row "$suite" "$case" "$param" "$lat" epilog_ms "$(elapsed_ms "$t")"
+  ms=$(elapsed_ms "$t")
   [ "$rc" -eq 0 ] || { bench_log "epilog of job $JOB failed: $(tail -3 "$W/helper.log")"; return 1; }
+  row "$suite" "$case" "$param" "$lat" epilog_ms "$ms"
   row "$suite" "$case" "$param" "$lat" epilog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row "$suite" "$case" "$param" "$lat" epilog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
   if compgen -G "$RUN/job$JOB.*" >/dev/null || [ -n "$(daemons_under "$RUN/job$JOB.")" ]; then
@@ -95,7 +98,8 @@ floor() { # floor LATENCY
   local t pid pd=$W/floor/pipe
   mkdir -p "$pd" "$W/floor/log"
   t=$(now_us)
-  "$BENCH_FAKES/nvidia-smi" --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >/dev/null
+  "$BENCH_FAKES/nvidia-smi" --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >/dev/null ||
+    { bench_log "floor: the fake nvidia-smi failed"; return 1; }
   row floor tools 1 "$1" smi_ms "$(elapsed_ms "$t")"
   t=$(now_us)
   CUDA_MPS_PIPE_DIRECTORY=$pd CUDA_MPS_LOG_DIRECTORY=$W/floor/log CUDA_VISIBLE_DEVICES=GPU-5eed0000-b000-4000-8000-000c0ffee000 \
@@ -181,13 +185,13 @@ shell_job() { # shell_job CASE PARAM LAT GPUS WAIT
   e+=("CUDA_VISIBLE_DEVICES=$4")
   reset_call_log
   t=$(now_us)
-  "${e[@]}" "$W/stage/shell-prolog.sh" >>"$W/helper.log" 2>&1
+  "${e[@]}" "$W/stage/shell-prolog.sh" >>"$W/helper.log" 2>&1 || { bench_log "shell prolog of job $JOB failed"; return 1; }
   row shell "$1" "$2" "$3" prolog_ms "$(elapsed_ms "$t")"
   row shell "$1" "$2" "$3" prolog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row shell "$1" "$2" "$3" prolog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
   reset_call_log
   t=$(now_us)
-  "${e[@]}" "$W/stage/shell-epilog.sh" >>"$W/helper.log" 2>&1
+  "${e[@]}" "$W/stage/shell-epilog.sh" >>"$W/helper.log" 2>&1 || { bench_log "shell epilog of job $JOB failed"; return 1; }
   row shell "$1" "$2" "$3" epilog_ms "$(elapsed_ms "$t")"
   row shell "$1" "$2" "$3" epilog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row shell "$1" "$2" "$3" epilog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
@@ -232,7 +236,8 @@ for total in "${rec_counts[@]}"; do
   for ((r = 0; r < REPS; r++)); do
     t=$(now_us)
     "$BIN/unilab-mps" status --json --state-dir "$CS" --run-dir "$CR" --nvidia-smi "$BENCH_FAKES/nvidia-smi" \
-      --mps-control "$BENCH_FAKES/nvidia-cuda-mps-control" >"$W/status.json" 2>>"$W/helper.log"
+      --mps-control "$BENCH_FAKES/nvidia-cuda-mps-control" >"$W/status.json" 2>>"$W/helper.log" ||
+      { bench_log "status of $total records failed"; exit 1; }
     row status json "$total" 0 status_ms "$(elapsed_ms "$t")"
   done
   n=$(grep -c '"live": true' "$W/status.json")

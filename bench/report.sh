@@ -456,8 +456,10 @@ it and sees it in \`get_server_list\`/\`get_client_list\`, runs \`unilab-mps pro
 --requested mps\`, stops the daemon and proves nothing is left, then measures
 what MPS is for: two processes launching many small kernels at once,
 aggregate throughput with the daemon against time slicing without it. Its
-\`--dry-run\` runs the whole flow against the fakes on any machine (checked here;
-only CUDA itself is not exercised). Results land in its output directory as
+\`--dry-run\` runs the same flow against the fakes on any machine: it checks
+unilab-mps's own steps (start, record against \`/proc\`, env, probe, stop, nothing
+left); what only real MPS/CUDA can show (the MPS facts, kernel results, compute
+mode) is reported "not-checked" there, never ok. Results land in its output directory as
 \`gpu-results.json\` and \`gpu-report.md\`; copy the table here when you have them.
 
 ## Method and caveats

@@ -1,9 +1,14 @@
 #include "cli/commands.hpp"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -11,6 +16,7 @@
 #include "common/daemon.hpp"
 #include "common/errors.hpp"
 #include "common/gpu.hpp"
+#include "common/safefs.hpp"
 #include "common/status.hpp"
 #include "common/topology.hpp"
 
@@ -75,6 +81,62 @@ std::string shell_quote(const std::string& v) {
   std::string out = "'";
   for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// A daemon name given on the command line: the record store's rule, spelled out.
+void check_daemon_name(const std::string& name) {
+  if (!is_safe_name(name)) {
+    throw UsageError(fmt::format("'{}' is not a valid daemon name: letters, digits, '.', '_' and '-', not starting with '.', "
+                                 "at most 128 characters", name));
+  }
+}
+
+// `start --foreground`: the daemon runs as a child until it ends (Ctrl-C or a
+// signal to this process is passed on); then the directories this call
+// created are removed, as `stop` would. Exit: the daemon's own status.
+int run_foreground(const Tools& tools, const StartRequest& req) {
+  std::vector<std::string> paths;  // what may be created, outermost first
+  if (!req.pipe_directory || !req.log_directory) paths.push_back(req.base_directory + "/" + req.name);
+  if (req.pipe_directory) paths.push_back(*req.pipe_directory);
+  if (req.log_directory) paths.push_back(*req.log_directory);
+  std::vector<bool> existed;
+  for (const auto& p : paths) existed.push_back(access(p.c_str(), F_OK) == 0);
+  std::fflush(stdout);
+  pid_t child = fork();
+  if (child < 0) throw CudaMpsError(fmt::format("cannot fork for the foreground daemon: {}", std::strerror(errno)));
+  if (child == 0) {
+    try {
+      exec_foreground_daemon(tools, req);
+    } catch (const CudaMpsError& e) {
+      std::fprintf(stderr, "unilab-mps: %s\n", e.what());
+    }
+    _exit(kExitError);
+  }
+  // Signals for the daemon reach it through the terminal's process group;
+  // a signal sent to this process alone is forwarded.
+  static pid_t forward_to = 0;
+  forward_to = child;
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) { if (forward_to > 0) kill(forward_to, sig); };
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::vector<std::string> errors;
+  for (size_t i = paths.size(); i-- > 0;) {
+    if (existed[i] || access(paths[i].c_str(), F_OK) != 0) continue;
+    try {
+      auto [parent, leaf] = split_parent(paths[i]);
+      Fd dir = open_trusted_dir(parent, geteuid());
+      if (std::string e = remove_tree_at(dir.get(), leaf); !e.empty()) errors.push_back(paths[i] + ": " + e);
+    } catch (const CudaMpsError& e) {
+      errors.push_back(paths[i] + ": " + e.what());
+    }
+  }
+  for (const auto& e : errors) std::cerr << "unilab-mps: could not remove " << e << "\n";
+  if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 && !errors.empty() ? kExitError : WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
 }
 
 std::string short_list(const std::vector<std::string>& v) { return v.empty() ? "-" : join(v, ","); }
@@ -170,6 +232,7 @@ int cmd_start(Context& c, const ParsedArgs& a) {
     groups.push_back(plan.gpus);
   }
   auto name = a.value("--name");
+  if (name) check_daemon_name(*name);
   if (groups.size() > 1 && (a.value("--pipe-dir") || a.value("--log-dir"))) {
     throw UsageError("--pipe-dir/--log-dir name one daemon; per-gpu starts several");
   }
@@ -187,7 +250,7 @@ int cmd_start(Context& c, const ParsedArgs& a) {
     if (groups.size() != 1) throw UsageError("--foreground runs one daemon; per-gpu starts several");
     base.name = name.value_or(default_daemon_name(groups[0]));
     for (const auto& g : groups[0]) base.gpu_uuids.push_back(g.uuid);
-    exec_foreground_daemon(c.tools, base);
+    return run_foreground(c.tools, base);
   }
   RecordStore store = c.store();
   std::vector<DaemonRecord> started;
@@ -239,10 +302,14 @@ int cmd_stop(Context& c, const ParsedArgs& a) {
       if (res.stopped.empty() && res.errors.empty()) fmt::print("no daemon recorded for uid {} on {}\n", c.uid, c.host);
     }
     for (const auto& e : res.errors) std::cerr << "unilab-mps: " << e << "\n";
-    return res.ok() ? kExitOk : kExitError;
+    if (!res.ok()) return kExitError;
+    // As `stop NAME`: a stale record that was cleaned (nothing signalled) is exit 3.
+    bool stale = std::any_of(res.stopped.begin(), res.stopped.end(), [](const StopReport& r) { return r.outcome == "stale"; });
+    return stale ? kExitStale : kExitOk;
   }
   std::optional<std::string> name;
   if (!a.positional.empty()) name = a.positional[0];
+  if (name) check_daemon_name(*name);
   DaemonRecord rec = read_daemon_record(store, name, c.uid, c.host, c.proc);
   StopReport rep = stop_daemon(c.services, c.tools, store, rec, timeout);
   if (c.json) {
@@ -262,10 +329,19 @@ int cmd_env(Context& c, const ParsedArgs& a) {
   } else {
     std::optional<std::string> name;
     if (!a.positional.empty()) name = a.positional[0];
+    if (name) check_daemon_name(*name);
     DaemonRecord rec = read_daemon_record(store, name, c.uid, c.host, c.proc);
     if (!daemon_process_is_live(rec, c.proc)) {
-      throw StaleCudaMpsDaemonError(fmt::format("daemon '{}' (pid {}) is not running; `unilab-mps stop {}` cleans its record",
-                                                rec.name, rec.pid, rec.name));
+      if (rec.state == "starting") {
+        throw CudaMpsError(fmt::format("daemon '{}' is still starting (or its start was interrupted); `unilab-mps status` "
+                                       "shows it, `unilab-mps stop {}` ends it", rec.name, rec.name));
+      }
+      // Exit 3 means the stale record was cleaned: clean it (nothing is signalled).
+      auto errors = remove_owned_directories(rec);
+      store.remove(rec.name);
+      throw StaleCudaMpsDaemonError(fmt::format("daemon '{}' (pid {}) is not running; its record{} removed and nothing was "
+                                                "signalled; `unilab-mps start` starts a new one",
+                                                rec.name, rec.pid, errors.empty() ? " and directories were" : " was"));
     }
     env = environment_for_daemon(rec);
   }

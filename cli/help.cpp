@@ -35,15 +35,19 @@ const std::map<std::string, HelpEntry>& help_entries() {
         "[--foreground] [--json]",
         "Start a user-owned MPS control daemon and record its identity. SELECTOR: none = the sole visible GPU; N, "
         "GPU-UUID or a unique UUID prefix = single_gpu; A,B = one daemon over several GPUs; per-gpu:A,B = one daemon "
-        "per GPU. Pipe and log dirs default to $XDG_RUNTIME_DIR/unilab-mps/NAME or /tmp/unilab-mps-UID/NAME (0700)."}},
+        "per GPU. Pipe and log dirs default to $XDG_RUNTIME_DIR/unilab-mps/NAME or /tmp/unilab-mps-UID/NAME (0700). "
+        "NAME: letters, digits, '.', '_', '-', not starting with '.'. --foreground runs the daemon until it ends, then "
+        "removes the directories it created."}},
       {"stop",
        {"stop [NAME] | stop --all [--timeout SEC] [--json]",
         "Stop a recorded daemon: identity-checked quit, then verified SIGTERM/SIGKILL within --timeout; removes its "
-        "directories and record. A stale record is cleaned without signalling anything (exit 3)."}},
+        "directories and record. A stale record is cleaned without signalling anything (exit 3; --all: exit 3 when one "
+        "was stale and nothing failed)."}},
       {"env",
        {"env [NAME | --gpu UUID] [--json]",
         "Print `export` lines (CUDA_VISIBLE_DEVICES as UUIDs, CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY) for "
-        "eval in the shell that launches your program; never changes this shell itself."}},
+        "eval in the shell that launches your program; never changes this shell itself. A daemon that is not running: "
+        "its record is cleaned, exit 3."}},
       {"visible-devices",
        {"visible-devices [MASK] [--json]",
         "Print MASK (default: $CUDA_VISIBLE_DEVICES) with numeric entries replaced by GPU UUIDs: the value a launcher "

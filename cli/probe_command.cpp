@@ -56,6 +56,12 @@ int cmd_probe(const ParsedArgs& a, bool json, const std::string& nvidia_smi, con
   auto collector = a.value("--collector-device");
   int rank = int_option(a, "--rank", 0);
   int world_size = int_option(a, "--world-size", 1);
+  if (!requested && (world_size < 1 || rank < 0 || rank >= world_size)) {
+    // `none` never fails on the ambient state, but the manifest is keyed by
+    // rank: a rank outside 0..world_size-1 is a bad command line.
+    throw UsageError(fmt::format("--rank {} with --world-size {}: need world size >= 1 and 0 <= rank < world size", rank,
+                                 world_size));
+  }
 
   SystemRunner runner;
   SystemProcReader proc;

@@ -1,7 +1,11 @@
 # Shared helpers for the shell tests (source it). Assertions count passes and
-# failures; `finish` prints the closing "N passed, M failed" line.
+# failures; `finish` prints the closing "N passed, M failed" line and fails
+# when a check failed or when fewer checks ran than the suite's declared
+# floor (MIN_CHECKS, set by each suite after sourcing this file; never 0).
 PASS=0
 FAIL=0
+SKIP=0
+MIN_CHECKS=1
 
 pass() { PASS=$((PASS + 1)); printf '  ok   %s\n' "$1"; }
 fail() { FAIL=$((FAIL + 1)); printf '  FAIL %s\n' "$1"; [ -n "${2:-}" ] && printf '       %s\n' "$2"; return 0; }
@@ -23,8 +27,22 @@ expect_contains() { # expect_contains NAME HAYSTACK NEEDLE
 expect_not_contains() {
   case "$2" in *"$3"*) fail "$1" "'$3' unexpectedly in: $(printf '%s' "$2" | head -c 600)" ;; *) pass "$1" ;; esac
 }
+# skip NAME REASON: a check that cannot run here because the environment
+# lacks something (never for a product failure); counted and printed.
+skip() { SKIP=$((SKIP + 1)); printf '  SKIP %s: %s\n' "$1" "$2"; }
+# check_gone NAME PID: PID must be a number and no longer a running process
+# (an empty or garbled pid is a failure, not a pass).
+check_gone() {
+  if [[ ! ${2:-} =~ ^[1-9][0-9]*$ ]]; then fail "$1" "no pid to check (got '${2:-}')"; return 0; fi
+  check_not "$1" proc_running "$2"
+}
 finish() {
-  echo "$PASS passed, $FAIL failed"
+  local ran=$((PASS + FAIL)) floor=$((MIN_CHECKS > 0 ? MIN_CHECKS : 1))
+  echo "$PASS passed, $FAIL failed, $SKIP skipped ($ran checks ran; this suite declares at least $floor)"
+  if [ "$ran" -lt "$floor" ]; then
+    echo "FAIL: only $ran checks ran, fewer than the $floor this suite declares: a part of it did not run"
+    return 1
+  fi
   [ "$FAIL" -eq 0 ]
 }
 

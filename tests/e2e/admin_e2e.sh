@@ -14,6 +14,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
+MIN_CHECKS=60
 . "$here/cluster.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18500}

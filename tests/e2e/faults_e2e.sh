@@ -61,7 +61,9 @@ case_begin() {
   CASE_FAIL0=$FAIL
   echo "-- $1: expect: $2"
 }
+CASES=0
 case_end() {
+  CASES=$((CASES + 1))
   local st=PASS
   [ "$FAIL" -eq "$CASE_FAIL0" ] || st=FAIL
   printf 'CASE %s %s %s\n' "$CASE_ID" "$st" "$(obs "$*")"
@@ -101,6 +103,13 @@ make_evil() {
     printf '#!/bin/sh\necho "$0" >>%s/evil.log\n' "$STAGE" >"$STAGE/evil/$tool"
     chmod 755 "$STAGE/evil/$tool"
   done
+  # Controls: both probes fire when a process does load/run them, so an
+  # empty log below means "not reached", not "probe broken".
+  env LD_PRELOAD="$STAGE/evil/evil.so" /bin/true 2>/dev/null
+  env PATH="$STAGE/evil:/usr/bin:/bin" sh -c 'nvidia-smi' >/dev/null 2>&1
+  PROBES_FIRE=0
+  grep -q '^/usr/bin/true uid=\|^/bin/true uid=' "$STAGE/evil.log" && grep -qx "$STAGE/evil/nvidia-smi" "$STAGE/evil.log" && PROBES_FIRE=1
+  : >"$STAGE/evil.log"
 }
 
 # ---------------------------------------------------------------- helpers part
@@ -533,6 +542,9 @@ EOF
   expect_eq "attack-env-injection: no tool from the planted PATH ran, no child loaded LD_PRELOAD" "" \
     "$(grep -v "$STAGE/bin/unilab-mps-prolog" "$STAGE/evil.log")"
   [ "$HAVE_SO" = 1 ] || fail "attack-env-injection: could not build the LD_PRELOAD probe (gcc)"
+  expect_eq "attack-env-injection: the probes fire (control: true with LD_PRELOAD, nvidia-smi from PATH)" 1 "${PROBES_FIRE:-0}"
+  # The prolog itself was started with LD_PRELOAD: the probe reached the helper.
+  check "attack-env-injection: the probe library loaded in the prolog itself" grep -q "^$BIN/unilab-mps-prolog uid=0" "$STAGE/evil.log"
   epilog 156
   expect_nothing_left attack-env-injection 156
   case_end "daemon environ keys: ${env_keys}; tools run: ${ran}; children that loaded LD_PRELOAD or ran from PATH: $(grep -cv "$STAGE/bin/unilab-mps-" "$STAGE/evil.log")"
@@ -816,6 +828,9 @@ cluster_part() {
   expect_eq "cluster-env-injection: only the configured absolute tools ran" "$FAKES/nvidia-cuda-mps-control $FAKES/nvidia-smi " "$ran"
   expect_eq "cluster-env-injection: no NVIDIA tool or unilab-mps helper loaded LD_PRELOAD or ran from PATH" "" \
     "$(grep -E 'nvidia|unilab-mps' "$STAGE/evil.log")"
+  expect_eq "cluster-env-injection: the probes fire (controls)" 1 "${PROBES_FIRE:-0}"
+  # The submitting sbatch loaded the probe: LD_PRELOAD really was in the job's environment.
+  check "cluster-env-injection: the probe library loaded in the submitting sbatch" grep -q "sbatch uid=$(id -u "$u")" "$STAGE/evil.log"
   case_end "daemon environ keys: ${keys}(${pathv}); tools run: ${ran}; task $(grep -o 'PIPE=[^ ]*' "$task_out" 2>/dev/null | sed "s#$RUN_DIR#<run_dir>#")"
 
   case_begin cluster-option-values "hostile option values given to srun/sbatch: refused before anything is allocated, one line each"
@@ -832,7 +847,10 @@ cluster_part() {
     rc=$?
     [ "$rc" -ne 0 ] && refused=$((refused + 1))
     check "cluster-option-values: srun refuses '${v:0:28}'" test "$rc" -ne 0
-    expect_contains "cluster-option-values: message for '${v:0:28}'" "$out" "unilab-mps"
+    # The plugin's refusal ("error: unilab-mps: ..."), not srun's own
+    # "unrecognized option '--unilab-mps...'" (which a missing plugin gives).
+    expect_contains "cluster-option-values: the plugin's message for '${v:0:28}'" "$out" "error: unilab-mps: "
+    expect_not_contains "cluster-option-values: the option is known for '${v:0:28}'" "$out" "unrecognized option"
     msgs+="$(printf '%s\n' "$out" | grep -m1 'unilab-mps' | cut -c1-70 | sed 's/$/ | /')"
   done
   out=$(as_user $u sbatch --unilab-mps='$(id)' --gres=gpu:1 --wrap true 2>&1)
@@ -876,5 +894,10 @@ for part in "${parts[@]}"; do
     *) fail "unknown part $part" ;;
   esac
 done
-echo "faults suite: $((SECONDS - T0)) s"
+echo "faults suite: $((SECONDS - T0)) s, $CASES cases"
+# Floors: every part that ran must have reported its cases.
+min_cases=0
+for part in "${parts[@]}"; do case $part in helpers) min_cases=$((min_cases + 26)) ;; cli) min_cases=$((min_cases + 3)) ;; cluster) min_cases=$((min_cases + 8)) ;; esac; done
+[ "$CASES" -ge "$min_cases" ] || fail "faults suite: only $CASES cases reported, fewer than the $min_cases its parts declare"
+MIN_CHECKS=$((min_cases * 3))
 finish

@@ -12,6 +12,9 @@ build=$(cd "${1:?usage: $0 BUILD_DIR [configs...]}" && pwd)
 shift
 configs=("$@")
 ((${#configs[@]})) || configs=(plain cgroup multinode)
+# Floor: each single-node configuration runs ~90 checks, multinode ~15.
+MIN_CHECKS=0
+for c in "${configs[@]}"; do case $c in plain|cgroup) MIN_CHECKS=$((MIN_CHECKS + 70)) ;; multinode) MIN_CHECKS=$((MIN_CHECKS + 8)) ;; esac; done
 
 STAGE=$(mktemp -d /tmp/unilab-e2e-stage.XXXXXX)
 chmod 755 "$STAGE"
@@ -190,17 +193,22 @@ scenario_bad_value() {
   expect_eq "$tag: nothing was allocated" "$before" "$(last_job)"
   out=$(u unimps1 sbatch --unilab-mps=bogus --wrap true 2>&1); rc=$?
   check "$tag: sbatch refuses" test "$rc" -ne 0
+  # The plugin's own refusal, not srun/sbatch failing on an unknown option.
+  expect_contains "$tag: sbatch message is the plugin's" "$out" "error: unilab-mps: "
   expect_eq "$tag: sbatch allocated nothing" "$before" "$(last_job)"
 }
 
 scenario_two_users() {
   local tag="$MODE two-users"
   local f2=$STAGE/u2-$MODE.out
+  local before; before=$(last_job)
   (u unimps2 env HOLD=6 srun --unilab-mps --gres=gpu:1 -n1 "$REPORT" >"$f2" 2>&1) &
   local bg=$!
+  # unimps2's job is the first one after $before (the time-limit job of
+  # start_timelimit_job also has a record, and must not be taken for it).
   local rec="" i
   for i in $(seq 1 100); do
-    rec=$(ls "$STATE_DIR" 2>/dev/null | grep '^job.*\.json$' | head -n1)
+    rec=$(ls "$STATE_DIR" 2>/dev/null | grep '^job.*\.json$' | sed 's/^job//' | sort -n | awk -F. -v b="${before:-0}" '$1 > b {print "job" $0; exit}')
     [ -n "$rec" ] && break
     sleep 0.1
   done
@@ -208,13 +216,21 @@ scenario_two_users() {
   check "$tag: unimps2's daemon is recorded" test -n "$other"
   local out; out=$(u unimps1 env OTHER_PIPE="$other" srun --unilab-mps --gres=gpu:1 -n1 "$REPORT" 2>&1)
   local job1; job1=$(last_job)
-  expect_eq "$tag: unimps1 cannot reach unimps2's daemon" "unreachable" "$(field "$out" T0@n1 OTHER)"
-  assert_task "$tag" "$out" T0@n1 unimps1 "$(field "$out" T0@n1 CVD)"
+  local job2; job2=$(field "$(cat "$f2" 2>/dev/null)" T0@n1 JOB)
+  # Refused by the pipe dir's permissions, not by any other failure of the client.
+  expect_contains "$tag: unimps1 cannot reach unimps2's daemon" "$(field "$out" T0@n1 OTHER)" "unreachable"
+  expect_contains "$tag: unimps1 is refused by permissions" "$(field "$out" T0@n1 OTHER)" "Permission denied"
+  # Expected GPUs come from what Slurm gave each job, not from the task itself.
+  assert_task "$tag" "$out" T0@n1 unimps1 "$(want_uuids "$out" T0@n1)"
+  expect_contains "$tag: unimps1's client joined its own job's daemon" "$(field "$out" T0@n1 CLIENT)" "pipe=$RUN_DIR/job$job1."
   wait "$bg"
   local out2; out2=$(cat "$f2")
+  job2=$(field "$out2" T0@n1 JOB)
+  check "$tag: unimps2's job is the one whose pipe unimps1 tried" test -n "$job2" -a "$rec" != "${rec#job$job2.}"
   local c1 c2; c1=$(field "$out" T0@n1 CVD); c2=$(field "$out2" T0@n1 CVD)
   check "$tag: the users got different GPUs" test -n "$c1" -a -n "$c2" -a "$c1" != "$c2"
-  assert_task "$tag" "$out2" T0@n1 unimps2 "$c2"
+  assert_task "$tag" "$out2" T0@n1 unimps2 "$(want_uuids "$out2" T0@n1)"
+  expect_contains "$tag: unimps2's client joined its own job's daemon" "$(field "$out2" T0@n1 CLIENT)" "pipe=$RUN_DIR/job$job2."
   assert_clean "$tag" "$job1"
   assert_clean "$tag" "$(( job1 - 1 ))"
 }

@@ -257,6 +257,12 @@ main() {
         run_config "${cfg%%:*}" "${cfg##*:}"
     done
     printf '%d passed, %d failed (%ss)\n' "$PASSED" "$FAILED" "$((SECONDS - start))"
+    # Floor: at least 10 checks per configuration run, else a part did not run.
+    local floor=$((10 * $(wc -w <<<"${SMOKE_CONFIGS:-plain:1 cgroup:1 plain:2}")))
+    if ((PASSED + FAILED < floor)); then
+        echo "FAIL: only $((PASSED + FAILED)) checks ran, fewer than the $floor this suite declares"
+        return 1
+    fi
     ((FAILED == 0))
 }
 

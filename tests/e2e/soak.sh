@@ -12,6 +12,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
+MIN_CHECKS=7
 . "$here/cluster.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR [--jobs N] [--batch N]}" && pwd)
 shift
@@ -75,6 +76,12 @@ submit() { # submit I -> job id
   printf '%s' "$out" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p'
 }
 expected_clients() { case $(kind_of "$1") in per-task) echo 2 ;; *) echo 1 ;; esac; }
+# Daemons the prolog starts: one per GPU in per-task (task_per_gpu) jobs.
+expected_daemons() { case $(kind_of "$1") in per-task) echo 2 ;; *) echo 1 ;; esac; }
+# Clients of job output K that joined a daemon of that job (the fake client
+# prints the pipe directory it used; without one it would fall back to
+# /tmp/nvidia-mps, which is not a job's).
+own_clients() { grep -c "^pipe=$RUN_DIR/job$2\.[^/]*/pipe$" "$OUT/$1.out" 2>/dev/null; }
 
 declare -A JOB_OF=() CANCELLED=()
 t0=$SECONDS
@@ -115,11 +122,15 @@ while [[ $(sinfo -h -N -o %T 2>/dev/null) == *completing* ]] && ((SECONDS < dead
 wall=$((SECONDS - t0))
 expect_eq "soak: the queue drained" 0 "$(queue_len)"
 
-completed=0 cancelled=0 failed_jobs=0 clients=0
+completed=0 cancelled=0 failed_jobs=0 clients=0 want_daemons=0
 bad=()
 for ((k = 0; k < jobs; k++)); do
   [ -n "${JOB_OF[$k]:-}" ] || continue
-  got=$(grep -c "connected to MPS server" "$OUT/$k.out" 2>/dev/null)
+  want_daemons=$((want_daemons + $(expected_daemons "$k")))
+  joined=$(grep -c "connected to MPS server" "$OUT/$k.out" 2>/dev/null)
+  got=$(own_clients "$k" "${JOB_OF[$k]}")
+  # A client that joined some other daemon does not count.
+  [ "${joined:-0}" -eq "${got:-0}" ] || got=0
   clients=$((clients + ${got:-0}))
   if [ "$(kind_of "$k")" = cancel ]; then
     if [ -n "${CANCELLED[$k]:-}" ] && [ "${got:-0}" -ge 1 ]; then cancelled=$((cancelled + 1)); else failed_jobs=$((failed_jobs + 1)); bad+=("$k"); fi
@@ -144,6 +155,7 @@ log_errors=$(wc -l <"$STAGE/errors.txt")
 expect_eq "soak: no unilab-mps error in the slurmd log" 0 "$log_errors"
 [ "$log_errors" -eq 0 ] || head -n 5 "$STAGE/errors.txt"
 daemons_started=$(grep -c '^mps-daemon ' "$STAGE/calls.log")
+expect_eq "soak: one daemon started per job GPU group (no extra, none missing)" "$want_daemons" "$daemons_started"
 
 summary="jobs=$jobs completed=$completed cancelled=$cancelled failed=$failed_jobs clients_joined=$clients daemons_started=$daemons_started wall=${wall}s leftover_daemons=$left_daemons leftover_dirs=$left_dirs leftover_records=$left_records slurmd_log_errors=$log_errors"
 echo "SOAK $summary"

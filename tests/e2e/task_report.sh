@@ -3,6 +3,7 @@
 # prefixed with T<procid>@<node>, so the e2e driver can assert on it.
 p="T${SLURM_PROCID:-0}@${SLURMD_NODENAME:-?}"
 echo "$p USER=$(id -un)"
+echo "$p JOB=${SLURM_JOB_ID-unset}"
 echo "$p CVD=${CUDA_VISIBLE_DEVICES-unset}"
 echo "$p PIPE=${CUDA_MPS_PIPE_DIRECTORY-unset}"
 echo "$p LOG=${CUDA_MPS_LOG_DIRECTORY-unset}"
@@ -28,10 +29,11 @@ if [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ]; then
 fi
 # Attack: try to reach another user's daemon through its pipe directory.
 if [ -n "${OTHER_PIPE:-}" ]; then
-  if CUDA_MPS_PIPE_DIRECTORY=$OTHER_PIPE "$FAKE_CLIENT" --hold 0 >/dev/null 2>&1; then
+  # The client's own error says why (the driver checks it is a refusal).
+  if other=$(CUDA_MPS_PIPE_DIRECTORY=$OTHER_PIPE "$FAKE_CLIENT" --hold 0 2>&1); then
     echo "$p OTHER=reachable"
   else
-    echo "$p OTHER=unreachable"
+    echo "$p OTHER=unreachable: $(printf '%s' "$other" | grep -m1 'CUDA error' | tr '\n' ' ')"
   fi
 fi
 exit 0

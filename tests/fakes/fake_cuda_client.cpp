@@ -8,15 +8,17 @@
 //
 // stdout: `CUDA_VISIBLE_DEVICES=<value|(unset)>`,
 //         `client <pid> connected to MPS server <server pid>`,
-//         `devices=<uuid,uuid|unknown>`
+//         `devices=<uuid,uuid|unknown>`, `pipe=<the pipe directory it used>`
 // exit 0 after the hold; 1 when no daemon / no GPU / the server went away.
 #include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "fake_config.hpp"
@@ -67,8 +69,15 @@ int main(int argc, char** argv) {
   std::printf("CUDA_VISIBLE_DEVICES=%s\n", cvd ? cvd : "(unset)");
   std::fflush(stdout);
 
-  const int fd = fake::connect_control(fake::mps_pipe_dir() + "/control");
-  if (fd < 0) return fail("MPS client failed to connect to the MPS control daemon or the MPS server");
+  const std::string pipe_dir = fake::mps_pipe_dir();
+  errno = 0;
+  const int fd = fake::connect_control(pipe_dir + "/control");
+  if (fd < 0) {
+    // The reason (errno of connect) lets tests tell "refused by permissions"
+    // from "no daemon there" (not something the real CUDA prints).
+    return fail("MPS client failed to connect to the MPS control daemon or the MPS server (" + pipe_dir +
+                "/control: " + (errno != 0 ? std::strerror(errno) : "path too long") + ")");
+  }
   std::string request = std::string(fake::kClientConnect) + " " + std::to_string(::getpid());
   if (cvd) request += std::string(" =") + cvd;
   if (!fake::send_all(fd, request + "\n")) {
@@ -83,6 +92,7 @@ int main(int argc, char** argv) {
   }
   std::printf("client %ld connected to MPS server %s\n", static_cast<long>(::getpid()), parts[1].c_str());
   std::printf("devices=%s\n", parts[2].c_str());
+  std::printf("pipe=%s\n", pipe_dir.c_str());
   std::fflush(stdout);
 
   // Hold, watching the connection: the daemon closing it means our server

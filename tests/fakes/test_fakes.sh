@@ -285,6 +285,7 @@ SPID=$(sed -n 's/^client [0-9]* connected to MPS server \([0-9]*\)$/\1/p' "$WORK
 expect_eq "client: first line shows CUDA_VISIBLE_DEVICES" "CUDA_VISIBLE_DEVICES=(unset)" "$(head -n1 "$WORK/c1.out")"
 expect_has "client: connected line" "client $CPID connected to MPS server $SPID" "$(cat "$WORK/c1.out")"
 expect_has "client: sees all GPUs of an unrestricted daemon" "devices=$G0,$G1,$G2" "$(cat "$WORK/c1.out")"
+expect_has "client: names the pipe directory it used" "pipe=$PIPE" "$(cat "$WORK/c1.out")"
 ctl get_server_list "get_client_list $SPID"
 expect_eq "while connected: server listed, client listed" "$SPID
 $CPID" "$OUT"
@@ -304,7 +305,7 @@ expect_eq "client whose server is shut down exits 1" 1 "$rc"
 expect_has "client: lost connection message" "CUDA error: the MPS server connection was lost" "$(cat "$WORK/c2.out")"
 err=$(CUDA_MPS_PIPE_DIRECTORY=$WORK/nowhere "$CLIENT" --hold 0 2>&1 >/dev/null); rc=$?
 expect_eq "client without daemon: exit 1" 1 "$rc"
-expect_eq "client without daemon: message" "CUDA error: MPS client failed to connect to the MPS control daemon or the MPS server" "$err"
+expect_eq "client without daemon: message (with the reason)" "CUDA error: MPS client failed to connect to the MPS control daemon or the MPS server ($WORK/nowhere/control: No such file or directory)" "$err"
 
 echo "# quit"
 ctl "start_server -uid 7"
@@ -558,5 +559,7 @@ else
   [[ "$UBIN" != "$BIN" ]] && rm -rf "$UBIN"
 fi
 
-echo "$PASS passed, $FAIL failed"
+echo "$PASS passed, $FAIL failed ($((PASS + FAIL)) checks ran; this suite declares at least 120)"
+# Floor: the root-only part adds checks; as root or not, at least 120 run.
+if ((PASS + FAIL < 120)); then echo "FAIL: only $((PASS + FAIL)) checks ran, fewer than 120: a part did not run"; exit 1; fi
 [[ $FAIL -eq 0 ]]

@@ -49,6 +49,7 @@ def real(args, out):
     try:
         torch.cuda.init()
         out["device_count"] = torch.cuda.device_count()
+        out["device_count_source"] = "torch.cuda.device_count()"
         x = torch.ones(1 << 20, device="cuda")
         out["sum"] = float((x * 2).sum().item())
         torch.cuda.synchronize()
@@ -83,8 +84,13 @@ def fake(args, out):
         p.wait()
         out["error"] = "fake client failed: %s" % p.stderr.read().strip()
         return 1
-    out["device_count"] = 1
-    out["device_uuid"] = lines[-1].split("=", 1)[1] if lines and lines[-1].startswith("devices=") else None
+    # What the fake daemon answered for this client's mask (its devices= line):
+    # measured, not assumed. "unknown" or no line: not known (None).
+    devices = lines[-1].split("=", 1)[1] if lines and lines[-1].startswith("devices=") else ""
+    known = [d for d in devices.split(",") if d and d != "unknown"]
+    out["device_count"] = len(known) if known else None
+    out["device_count_source"] = "the fake client's devices= line"
+    out["device_uuid"] = known[0] if len(known) == 1 else (devices or None)
     out["probe"] = run_probe(args.probe)
     write_json(args.ready, out)
     return 0 if p.wait() == 0 else 1

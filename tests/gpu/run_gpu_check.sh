@@ -64,7 +64,10 @@ T_START=$SECONDS
 FAILED=0
 
 log() { printf '[gpu-check %s] %s\n' "$(date +%T)" "$*" | tee -a "$OUT/run.log" >&2; }
-# fact ID WHAT EXPECTED OBSERVED VERDICT   (verdict: ok | fail | differs | info)
+# fact ID WHAT EXPECTED OBSERVED VERDICT
+#   verdict: ok | fail | differs | info | not-checked (nothing was measured:
+#   e.g. a property of real MPS/CUDA in a dry run, or a query the tool could
+#   not answer; never counted as ok)
 clean() { printf '%s' "$1" | tr '\t\n' '  ' | cut -c1-600; }
 fact() {
   local v=$5
@@ -75,18 +78,28 @@ fact() {
 }
 # check ID WHAT EXPECTED OBSERVED: ok when equal, fail otherwise
 check() { if [ "$3" = "$4" ]; then fact "$1" "$2" "$3" "$4" ok; else fact "$1" "$2" "$3" "$4" fail; fi; }
-# mps_fact ID WHAT DESIGN_SAYS OBSERVED MATCHES(0/1): real MPS vs DESIGN.md
-mps_fact() { if [ "$5" = 1 ]; then fact "$1" "$2" "$3" "$4" ok; else fact "$1" "$2" "$3" "$4" differs; fi; }
+# mps_fact ID WHAT DESIGN_SAYS OBSERVED MATCHES(0/1): real MPS vs DESIGN.md.
+# In a dry run the fakes answer, and they were written from DESIGN.md: that
+# shows nothing about real MPS, so these are "not-checked" there.
+mps_fact() {
+  if [ "$DRY" = 1 ]; then fact "$1" "$2" "$3" "$4 (fake)" not-checked
+  elif [ "$5" = 1 ]; then fact "$1" "$2" "$3" "$4" ok
+  else fact "$1" "$2" "$3" "$4" differs; fi
+}
 # jq-less JSON: jget FILE PYTHON_EXPR_ON_d
 jget() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=eval(sys.argv[2]); print("" if v is None else (json.dumps(v) if isinstance(v,(dict,list,bool)) else v))' "$1" "$2" 2>/dev/null; }
 canon() { printf '%s' "$1" | tr '[:upper:]' '[:lower:]' | sed 's/^gpu-//; s/-//g'; }
 start_ticks() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; read -r -a f <<<"$s"; printf '%s' "${f[19]}"; }
 proc_alive() { local s; s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; [[ ${s:0:1} != Z && ${s:0:1} != X ]]; }
 # Processes whose environment names a pipe directory under WORK: ours only.
+# Builtins only (no grep per process), and this shell is skipped: a helper
+# started while CUDA_MPS_PIPE_DIRECTORY is exported must not find itself.
 our_mps_pids() {
-  local p
+  local p e
   for p in /proc/[0-9]*; do
-    grep -qz "^CUDA_MPS_PIPE_DIRECTORY=$WORK/" "$p/environ" 2>/dev/null && printf '%s\n' "${p#/proc/}"
+    [ "${p#/proc/}" = "$BASHPID" ] && continue
+    mapfile -d "" -t e 2>/dev/null <"$p/environ" || continue
+    case " ${e[*]} " in *" CUDA_MPS_PIPE_DIRECTORY=$WORK/"*) printf '%s\n' "${p#/proc/}" ;; esac
   done
   return 0
 }
@@ -269,7 +282,7 @@ else
     cp "$WORK/client.json" "$OUT/client.json"
     cuda_pid=$(jget "$WORK/client.json" 'd["cuda_pid"]')
     fact client "a CUDA client runs under the daemon" "runs" "pid $cuda_pid$(jget "$WORK/client.json" '", %s, torch %s, CUDA init %s s" % (d["device_name"], d["torch_version"], d["cuda_init_s"]) if "torch_version" in d else " (fake client)"')" ok
-    check client.count "the client sees one device" 1 "$(jget "$WORK/client.json" 'd.get("device_count")')"
+    check client.count "the client sees one device ($(jget "$WORK/client.json" 'd.get("device_count_source")'))" 1 "$(jget "$WORK/client.json" 'd.get("device_count")')"
     du=$(jget "$WORK/client.json" 'd.get("device_uuid")')
     check client.uuid "the client's device is the daemon's GPU (any spelling)" "$(canon "$UUID")" "$(canon "$du")"
     servers=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1)
@@ -298,6 +311,9 @@ else
 
   # ------------------------------------------------------------ 4. stop, nothing left
   log "stop"
+  # From here on this shell's children must not carry the daemon's variables
+  # (left.procs below looks for them in every process).
+  unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   t=$SECONDS
   "$UM" stop --json >"$OUT/stop.json" 2>>"$OUT/run.log"
   check stop.rc "unilab-mps stop exits 0" 0 "$?"
@@ -308,7 +324,8 @@ else
   if [ -n "${SERVER:-}" ]; then
     check left.server "the MPS server process is gone" gone "$(proc_alive "$SERVER" && [ "$(start_ticks "$SERVER")" = "${SERVER_TICKS:-}" ] && echo alive || echo gone)"
   fi
-  check left.procs "no process with our pipe directory in its environment" "" "$(our_mps_pids | tr '\n' ' ')"
+  left=$(our_mps_pids)
+  check left.procs "no process with our pipe directory in its environment" "" "$(printf '%s' "$left" | tr '\n' ' ')"
   check left.dirs "pipe/log directories removed" "" "$(find "$WORK/r" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)"
   check left.record "record removed" "" "$(find "$WORK/s" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)"
   "$UM" status --json >"$OUT/status-after.json" 2>>"$OUT/run.log"
@@ -335,7 +352,8 @@ tag, n, work, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 ws = [json.load(open("%s/k-%s-%d.json" % (work, tag, i))) for i in range(n)]
 row = {"tag": tag, "procs": n, "kernels": sum(w["kernels"] for w in ws),
        "window_s": max(w["elapsed_s"] for w in ws), "late_s": max(w["late_s"] for w in ws),
-       "value_check": all(w.get("value_check", True) for w in ws), "workers": ws}
+       # None (not checked) unless every worker verified its kernels' result.
+       "value_check": (all(w["value_check"] for w in ws) if all("value_check" in w for w in ws) else None), "workers": ws}
 row["kernels_per_s"] = round(row["kernels"] / row["window_s"], 1)
 open(out, "a").write(json.dumps(row, sort_keys=True) + "\n")
 print(row["kernels_per_s"])
@@ -391,7 +409,7 @@ if [ "$BUSY_STOP" = 1 ]; then
       if proc_alive "$bserver" && [ "$(start_ticks "$bserver")" = "$bticks" ]; then
         fact busy.server "the MPS server after its control daemon was stopped" "ends with its control daemon" "still running (pid $bserver) while its client holds it" differs
       else
-        fact busy.server "the MPS server after its control daemon was stopped" "ends with its control daemon" "gone" ok
+        fact busy.server "the MPS server after its control daemon was stopped" "ends with its control daemon" "gone" "$([ "$DRY" = 1 ] && echo not-checked || echo ok)"
       fi
     fi
     if kill -0 "$cpid" 2>/dev/null; then
@@ -410,7 +428,9 @@ if [ "$BUSY_STOP" = 1 ]; then
       fi
     fi
     unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    check busy.left "nothing of ours left after the busy stop" "" "$(sleep 1; our_mps_pids | tr '\n' ' ')"
+    sleep 1
+    left=$(our_mps_pids)
+    check busy.left "nothing of ours left after the busy stop" "" "$(printf '%s' "$left" | tr '\n' ' ')"
   else
     fact busy "start a daemon for the busy stop" "starts" "$(tail -n2 "$OUT/run.log")" fail
   fi
@@ -418,7 +438,15 @@ fi
 
 # ---------------------------------------------------------------- report
 smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-after.csv" 2>&1
-check gpu.untouched "compute mode / MIG / persistence unchanged by the check" "$(cat "$OUT/modes-before.csv")" "$(cat "$OUT/modes-after.csv")"
+# Only rows that hold the values can show they are unchanged (an error
+# message twice is not a measurement; the fake knows no compute_mode).
+modes_ok() { [ -s "$1" ] && ! grep -qvE '^[0-9]+, [^,]+, [^,]+, [^,]+, [^,]+$' "$1" && ! grep -qiE 'not supported|invalid|error|unknown' "$1"; }
+if modes_ok "$OUT/modes-before.csv" && modes_ok "$OUT/modes-after.csv"; then
+  check gpu.untouched "compute mode / MIG / persistence unchanged by the check" "$(cat "$OUT/modes-before.csv")" "$(cat "$OUT/modes-after.csv")"
+else
+  fact gpu.untouched "compute mode / MIG / persistence unchanged by the check" "unchanged" \
+    "nvidia-smi did not report them: $(head -n1 "$OUT/modes-after.csv")" not-checked
+fi
 fact runtime "whole check" "-" "$((SECONDS - T_START)) s" info
 python3 "$here/summarize.py" "$OUT" "$([ "$DRY" = 1 ] && echo dry-run || echo real)" || FAILED=1
 log "done in $((SECONDS - T_START)) s: $OUT/gpu-report.md$([ "$FAILED" = 1 ] && echo ' (some checks FAILED)')"

@@ -36,7 +36,8 @@ def read_bench(path):
         summary["%s-%d" % (kind, n)] = {
             "mps": kind == "mps", "procs": n, "runs": len(rs),
             "median_kernels_per_s": statistics.median(rates), "min": min(rates), "max": max(rates),
-            "value_checks_ok": all(r["value_check"] for r in rs),
+            # True/False when every run verified its kernels, None when any did not check.
+            "value_checks_ok": (None if any(r.get("value_check") is None for r in rs) else all(r["value_check"] for r in rs)),
             "max_late_s": max(r["late_s"] for r in rs),
         }
     return rows, summary
@@ -56,16 +57,19 @@ def main():
         ratio = bench["mps-2"]["median_kernels_per_s"] / bench["nomps-2"]["median_kernels_per_s"]
     failed = [f for f in facts if f["verdict"] == "fail"]
     differs = [f for f in facts if f["verdict"] == "differs"]
+    unchecked = [f for f in facts if f["verdict"] == "not-checked"]
     result = {"mode": mode, "machine": machine, "facts": facts, "throughput": bench,
               "mps_vs_time_slicing_2_procs": ratio, "throughput_runs": rows,
-              "failed": len(failed), "differs_from_design": len(differs)}
+              "failed": len(failed), "differs_from_design": len(differs), "not_checked": len(unchecked),
+              "ok": len([f for f in facts if f["verdict"] == "ok"])}
     with open(os.path.join(out, "gpu-results.json"), "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)
 
     md = []
     md.append("# Real-GPU check (%s)\n" % ("DRY RUN against the fakes: no CUDA was involved" if mode == "dry-run" else "real GPU"))
     md.append("Machine: %s; %s; nvidia-smi %s.\n" % (machine.get("uname", "?"), machine.get("cxx", "?"), machine.get("nvidia_smi", "?")))
-    md.append("%d checks failed, %d MPS facts differ from DESIGN.md.\n" % (len(failed), len(differs)))
+    md.append("%d checks ok, %d failed, %d MPS facts differ from DESIGN.md, %d not checked (nothing measured%s).\n"
+              % (result["ok"], len(failed), len(differs), len(unchecked), ": a fake cannot show them" if mode == "dry-run" else ""))
     md.append("## Throughput: small kernels, MPS vs time slicing\n")
     if bench:
         md.append("| processes | MPS | kernels/s (median) | range | runs | every kernel verified |")
@@ -74,7 +78,7 @@ def main():
             b = bench.get(key)
             if b:
                 md.append("| %d | %s | %.0f | %.0f-%.0f | %d | %s |" % (b["procs"], "yes" if b["mps"] else "no (time slicing)",
-                          b["median_kernels_per_s"], b["min"], b["max"], b["runs"], "yes" if b["value_checks_ok"] else "NO"))
+                          b["median_kernels_per_s"], b["min"], b["max"], b["runs"], {True: "yes", False: "NO", None: "not checked"}[b["value_checks_ok"]]))
         if ratio is not None:
             md.append("\nTwo processes under one MPS daemon: **%.2fx** the aggregate throughput of the same two processes time-sliced%s.\n"
                       % (ratio, " (meaningless in a dry run: CPU loops)" if mode == "dry-run" else ""))

@@ -6,6 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+MIN_CHECKS=80
 
 work=$(mktemp -d /tmp/unilab-cli.XXXXXX)
 chmod 755 "$work"
@@ -35,13 +36,16 @@ expect_contains "root: a client joins the daemon" "$client" "connected to MPS se
 json=$($B status --json)
 pid=$(printf '%s' "$json" | grep -m1 '"pid"' | tr -dc '0-9')
 check "root: status --json reports a live daemon" grep -q '"live": true' <<<"$json"
-check "root: recorded pid is the daemon process" test -d "/proc/$pid"
+# The recorded pid is the control daemon of this pipe dir (not merely some pid).
+expect_eq "root: recorded pid is the daemon process" "CUDA_MPS_PIPE_DIRECTORY=$work/root-run/gpu-3c8a1d5e/pipe" \
+  "$(tr '\0' '\n' <"/proc/${pid:-none}/environ" 2>/dev/null | grep '^CUDA_MPS_PIPE_DIRECTORY=')"
+expect_eq "root: recorded pid runs the MPS control program" "nvidia-cuda-mps-control" "$(basename "$(readlink "/proc/${pid:-none}/exe")")"
 owner=$(stat -c %U:%a "$work/root-run/gpu-3c8a1d5e/pipe")
 expect_eq "root: pipe dir is private" "root:700" "$owner"
 out=$($B stop); rc=$?
 expect_eq "root: stop exits 0" 0 "$rc"
 expect_contains "root: stop used quit" "$out" "quit"
-check_not "root: daemon process is gone" proc_running "$pid"
+check_gone "root: daemon process is gone" "$pid"
 expect_eq "root: no pipe/log dir remains" "" "$(ls -A "$work/root-run")"
 expect_eq "root: no record remains" "" "$(ls -A "$work/root-state")"
 unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
@@ -71,17 +75,34 @@ done
 echo "== one user cannot reach or stop another's daemons"
 p2=$(mps_daemons_under "$work/unimps2-run" | head -1)
 pipe2=$(tr '\0' '\n' <"/proc/$p2/environ" | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')
+# Control: the same command as unimps2 connects, so a failure below is the refusal.
+out=$(KEEP_VARS="" as_user_env unimps2 env CUDA_MPS_PIPE_DIRECTORY="$pipe2" "$work/stage/fakes/fake-cuda-client" --hold 0 2>&1)
+expect_contains "unimps2 itself connects to its pipe (control)" "$out" "connected to MPS server"
 out=$(KEEP_VARS="" as_user_env unimps1 env CUDA_MPS_PIPE_DIRECTORY="$pipe2" "$work/stage/fakes/fake-cuda-client" --hold 0 2>&1); rc=$?
 check "unimps1 cannot connect to unimps2's pipe" test "$rc" -ne 0
+expect_contains "unimps1 is refused by the pipe dir's permissions" "$out" "$pipe2/control: Permission denied"
 chmod 755 "$work/unimps2-state"  # even readable, another user's records are not trusted
 out=$(UNILAB_MPS_STATE_DIR=$work/unimps2-state as_user_env unimps1 "$B" stop --all 2>&1); rc=$?
 chmod 700 "$work/unimps2-state"
 check "unimps1 stop --all on unimps2's state dir is refused" test "$rc" -ne 0
 expect_contains "refusal names the ownership problem" "$out" "refusing"
 check "unimps2's daemon survives" proc_running "$p2"
-out=$(UNILAB_MPS_STATE_DIR=$work/unimps1-state as_user_env unimps1 "$B" stop "$(basename "$(dirname "$pipe2")")" 2>&1); rc=$?
-check "unimps1 cannot stop a daemon by unimps2's name" test "$rc" -ne 0
+# A record of unimps2's daemon planted in unimps1's own state dir: the CLI
+# itself must refuse it (the kernel would refuse the signals anyway).
+n2=$(basename "$(dirname "$pipe2")")
+install -o unimps1 -m 600 "$work/unimps2-state/$n2.json" "$work/unimps1-state/$n2.json"
+out=$(UNILAB_MPS_STATE_DIR=$work/unimps1-state as_user_env unimps1 "$B" stop "$n2" 2>&1); rc=$?
+expect_eq "unimps1 cannot stop a daemon by unimps2's record (exit 1)" 1 "$rc"
+expect_contains "unimps1: the refusal names the other uid" "$out" "belongs to uid $(id -u unimps2)"
+# The same record rewritten to unimps1's uid: the daemon runs as another uid,
+# so it is not the recorded process: stale, nothing signalled.
+sed -i -E "s/\"uid\": *$(id -u unimps2)([^0-9]|$)/\"uid\": $(id -u unimps1)\1/" "$work/unimps1-state/$n2.json"
+out=$(UNILAB_MPS_STATE_DIR=$work/unimps1-state as_user_env unimps1 "$B" stop "$n2" 2>&1); rc=$?
+expect_eq "unimps1: a record forged to its uid is stale (exit 3)" 3 "$rc"
+expect_contains "unimps1: forged record: nothing was signalled" "$out" "nothing was signalled"
+check_not "unimps1: the forged record is removed" test -e "$work/unimps1-state/$n2.json"
 check "unimps2's daemon still survives" proc_running "$p2"
+check "unimps2's own record is untouched" test -e "$work/unimps2-state/$n2.json"
 
 echo "== multi-GPU daemon for unimps1"
 export UNILAB_MPS_STATE_DIR=$work/unimps1-state UNILAB_MPS_RUN_DIR=$work/unimps1-run
@@ -115,6 +136,45 @@ expect_contains "stale: message says nothing was signalled" "$out" "nothing was 
 check "stale: the unrelated process survives" kill -0 "$sleeper"
 check_not "stale: record removed" test -e "$rec"
 kill -9 "$real" 2>/dev/null; kill "$sleeper"; sleeper=
+
+echo "== exit codes of every command (README.md: 0 ok, 1 error, 2 usage, 3 stale cleaned, 4 not ready)"
+out=$($B start 2 --name .hidden 2>&1); rc=$?
+expect_eq "exit 2: start --name .hidden" 2 "$rc"
+expect_contains "exit 2: the name error states the leading-dot rule" "$out" "not starting with '.'"
+$B stop --bogus >/dev/null 2>&1; expect_eq "exit 2: stop --bogus" 2 "$?"
+$B env .x >/dev/null 2>&1; expect_eq "exit 2: env with an invalid name" 2 "$?"
+$B nosuchcommand >/dev/null 2>&1; expect_eq "exit 2: unknown command" 2 "$?"
+$B stop nosuch >/dev/null 2>&1; expect_eq "exit 1: stop of an unknown name" 1 "$?"
+$B env nosuch >/dev/null 2>&1; expect_eq "exit 1: env of an unknown name" 1 "$?"
+$B start 9 >/dev/null 2>&1; expect_eq "exit 1: start on a GPU that does not exist" 1 "$?"
+$B doctor 9 >/dev/null 2>&1; expect_eq "exit 4: doctor on a GPU that does not exist" 4 "$?"
+$B doctor 2 >/dev/null 2>&1; expect_eq "exit 0: doctor on a usable GPU" 0 "$?"
+$B visible-devices 0,3 >/dev/null 2>&1; expect_eq "exit 0: visible-devices" 0 "$?"
+# env NAME on a dead daemon: exit 3 and the record really is cleaned.
+$B start 2 --name dead >/dev/null 2>&1
+dead=$(grep '"pid"' "$work/root-state/dead.json" | tr -dc '0-9')
+kill -9 "${dead:-0}"; for _ in $(seq 1 50); do proc_running "${dead:-0}" || break; sleep 0.1; done
+out=$($B env dead 2>&1); rc=$?
+expect_eq "exit 3: env on a dead daemon" 3 "$rc"
+check_not "exit 3: env removed the stale record" test -e "$work/root-state/dead.json"
+check_not "exit 3: env removed the stale directories" test -e "$work/root-run/dead"
+# stop --all with one stale record: exit 3, like stop NAME.
+$B start 2 --name dead2 >/dev/null 2>&1
+dead=$(grep '"pid"' "$work/root-state/dead2.json" | tr -dc '0-9')
+kill -9 "${dead:-0}"; for _ in $(seq 1 50); do proc_running "${dead:-0}" || break; sleep 0.1; done
+out=$($B stop --all 2>&1); rc=$?
+expect_eq "exit 3: stop --all that cleaned a stale record" 3 "$rc"
+expect_contains "stop --all reports it as stale" "$out" "dead2: stale"
+check_not "stop --all removed the stale record" test -e "$work/root-state/dead2.json"
+$B stop --all >/dev/null 2>&1; expect_eq "exit 0: stop --all with nothing recorded" 0 "$?"
+# start --foreground: the daemon runs until signalled; its directories go with it.
+$B start 2 --name fg --foreground >"$work/fg.out" 2>&1 &
+fg=$!
+for _ in $(seq 1 100); do [ -S "$work/root-run/fg/pipe/control" ] && break; sleep 0.1; done
+check "foreground: the daemon answers" test -S "$work/root-run/fg/pipe/control"
+kill -TERM "$fg"; wait "$fg"
+check_not "foreground: its run directories are removed when it ends" test -e "$work/root-run/fg"
+expect_eq "foreground: no daemon is left" "" "$(mps_daemons_under "$work/root-run/fg/")"
 
 echo "== a corrupt record is reported and ignored"
 mkdir -p "$work/root-state" && chmod 700 "$work/root-state"

@@ -8,6 +8,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+MIN_CHECKS=40
 B=$build/cli/unilab-mps
 fakes=$build/fakes/bin
 
@@ -143,4 +144,12 @@ expect_eq "usage error: no --backend" 2 "$rc"
 "$B" probe --learner-device cuda:0 --backend test >/dev/null 2>&1; rc=$?
 expect_eq "usage error: no --requested" 2 "$rc"
 
+echo "== none: a rank outside the world is a usage error, nothing recorded"
+for rw in "-1 1" "2 2" "0 0"; do
+  read -r r w <<<"$rw"
+  err=$("${probe_none[@]}" --rank "$r" --world-size "$w" --manifest "$work/badrank.json" 2>&1 >/dev/null); rc=$?
+  expect_eq "none with rank $r of $w exits 2" 2 "$rc"
+  expect_contains "none with rank $r of $w: says why" "$err" "0 <= rank < world size"
+done
+check_not "no manifest written for a bad rank" test -e "$work/badrank.json"
 finish

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The prolog/epilog helpers' exit codes, as slurmd sees them: 0 when the job's
+# daemons were started/stopped, non-zero when they could not be (a failed
+# epilog is what drains the node). The "daemon survives SIGKILL" path uses a
+# real process that SIGKILL cannot end: a kernel thread (kthreadd, uid 0)
+# stands in for a daemon stuck in the driver, named by a root job's record.
+# Usage: tests/integration/helpers_test.sh BUILD_DIR   (root: mknod, records)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
+build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
+MIN_CHECKS=14
+if [ "$(id -u)" -ne 0 ]; then
+  skip "helpers" "needs root (mknod GPU device files, a root-owned state dir)"
+  echo "0 passed, 0 failed, $SKIP skipped"
+  exit 0
+fi
+
+work=$(mktemp -d /tmp/unilab-helpers.XXXXXX)
+chmod 755 "$work"
+cleanup() {
+  for pid in $(mps_daemons_under "$work"); do kill -9 "$pid" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+stage_binaries "$build" "$work/stage"
+ensure_test_users
+BIN=$work/stage/bin FAKES=$work/stage/fakes
+U1=$(id -u unimps1) G1=$(id -g unimps1)
+mkdir -p "$work/dev" "$work/etc"
+for m in 0 1; do mknod -m 666 "$work/dev/nvidia$m" c 195 "$m"; done
+printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=%s/dev/nvidia0\nNodeName=n1 Name=gpu File=%s/dev/nvidia1\n' "$work" "$work" >"$work/etc/gres.conf"
+: >"$work/etc/slurm.conf"
+ARGS=("state_dir=$work/state" "run_dir=$work/run" "nvidia_smi=$FAKES/nvidia-smi"
+      "mps_control=$FAKES/nvidia-cuda-mps-control" "gres_conf=$work/etc/gres.conf" "start_timeout=3" "stop_timeout=2")
+OPT=SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps
+helper() { # helper prolog|epilog JOB UID GID [VAR=value...]: sets OUT and RC
+  OUT=$(env -i SLURM_JOB_ID="$2" SLURM_JOB_UID="$3" SLURM_JOB_GID="$4" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
+    SLURM_CONF="$work/etc/slurm.conf" "$OPT=(null)" "${@:5}" "$BIN/unilab-mps-$1" "${ARGS[@]}" 2>&1)
+  RC=$?
+}
+records_of() { ls -A "$work/state" 2>/dev/null | grep -c "^job$1\."; }
+
+echo "== success: prolog then epilog"
+helper prolog 11 "$U1" "$G1"
+expect_eq "prolog of a --unilab-mps job exits 0" 0 "$RC"
+expect_contains "prolog names the daemon it started" "$OUT" "started MPS daemon job11.n1.gpu0"
+dpid=$(mps_daemons_under "$work/run/job11." | head -n1)
+check "the job's daemon runs" proc_running "${dpid:-0}"
+helper epilog 11 "$U1" "$G1"
+expect_eq "epilog that stopped the job's daemon exits 0" 0 "$RC"
+expect_contains "epilog says how the daemon ended" "$OUT" "daemon job11.n1.gpu0: quit"
+check_gone "the job's daemon is gone" "$dpid"
+expect_eq "no record of job 11 is left" 0 "$(records_of 11)"
+
+echo "== failures: non-zero exit"
+printf 'mps_fail_start=1\n' >"$FAKES/fake.conf"
+helper prolog 12 "$U1" "$G1"
+rm -f "$FAKES/fake.conf"
+check "prolog whose daemon cannot start exits non-zero" test "$RC" -ne 0
+expect_contains "prolog failure is reported" "$OUT" "prolog failed"
+ARGS_SAVED=("${ARGS[@]}")
+ARGS+=("bogus_key=1")
+helper epilog 12 "$U1" "$G1"
+ARGS=("${ARGS_SAVED[@]}")
+check "epilog with an invalid plugin argument exits non-zero" test "$RC" -ne 0
+
+echo "== a daemon that survives SIGKILL fails the epilog (the node drains)"
+kticks=$(awk '{sub(/.*\) /, ""); print $20}' /proc/2/stat 2>/dev/null)
+if [ "$(awk '/^Name:/{print $2}' /proc/2/status 2>/dev/null)" != kthreadd ] || [ -z "$kticks" ]; then
+  skip "survives SIGKILL" "pid 2 is not kthreadd here (a PID namespace without kernel threads)"
+else
+  helper prolog 13 0 0
+  expect_eq "prolog of root's job exits 0" 0 "$RC"
+  rec=$work/state/job13.n1.gpu0.json
+  real=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' "$rec")
+  kill -9 "$real" 2>/dev/null
+  # The record now names a process that is live, root's, with the recorded
+  # start time, and that no signal can end.
+  sed -i -e "s/\"pid\": $real/\"pid\": 2/" -e "s/\"process_start_ticks\": [0-9]*/\"process_start_ticks\": $kticks/" "$rec"
+  helper epilog 13 0 0
+  check "epilog whose daemon survives SIGKILL exits non-zero" test "$RC" -ne 0
+  expect_contains "epilog names the survivor" "$OUT" "still alive after quit, SIGTERM and SIGKILL"
+  check "its record is kept for the admin" test -e "$rec"
+  check "kthreadd is unharmed (kernel threads ignore signals)" proc_running 2
+  rm -f "$rec"
+  rm -rf "$work/run/job13.n1.gpu0"
+fi
+finish
