@@ -263,6 +263,22 @@ TEST(PlanContainment, V2WithoutRunInJobOrOutsideTheJobIsRefusedNamingRunInJob) {
   EXPECT_THROW(plan_containment(v2_site(), "auto", 1000, "7", "", fs), CudaMpsError);
 }
 
+TEST(PlanContainment, V2WithoutRunInJobButWithoutDeviceConstraintPlansNothing) {
+  // As on v1 without the flags: the daemon could reach no GPU beyond the job,
+  // so a site that merely tracks processes with cgroups is not refused.
+  FakeCgroupFs fs;
+  CgroupSite s = v2_site();
+  s.prolog_run_in_job = false;
+  s.prolog_contain = true;
+  s.constrain_devices = false;
+  EXPECT_FALSE(plan_containment(s, "auto", 1000, "7", "0::/system.slice/slurmd.service\n", fs));
+  s.prolog_contain = false;
+  EXPECT_FALSE(plan_containment(s, "auto", 1000, "7", "0::/system.slice/slurmd.service\n", fs));
+  // With RunInJob it is contained all the same.
+  s.prolog_run_in_job = true;
+  EXPECT_TRUE(plan_containment(s, "auto", 1000, "7", kOwnV2, fs));
+}
+
 // --- extern_step_procs_files ----------------------------------------------------------
 
 ContainmentPlan v1_plan() {
