@@ -166,6 +166,9 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
     return plan;
   }
   plan.job_cgroup = fmt::format("job_{}/step_extern", job_id);
+  // Only RunInJob puts the prolog (and so the daemon) in the job; without it,
+  // as on v1 without the flags, refuse only where devices are constrained.
+  if (!site.prolog_run_in_job && !site.constrain_devices) return std::nullopt;
   auto own = cgroup_path_of(own_cgroup, "");
   if (!site.prolog_run_in_job || !own || !path_in(*own, plan.job_cgroup, true)) {
     throw CudaMpsError(fmt::format(

@@ -70,7 +70,7 @@ nlohmann::json ContainmentPlan::to_json() const {
 ContainmentPlan ContainmentPlan::from_json(const nlohmann::json& j) {
   try {
     ContainmentPlan p;
-    p.cgroup_version = j.at("cgroup_version").get<int>();
+    p.cgroup_version = integer_value<int>(j.at("cgroup_version"), "cgroup_version");  // not get<int>: casts floats
     p.mountpoint = j.at("mountpoint").get<std::string>();
     p.controllers = j.at("controllers").get<std::vector<std::string>>();
     p.job_cgroup = j.at("job_cgroup").get<std::string>();

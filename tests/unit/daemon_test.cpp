@@ -462,6 +462,159 @@ TEST_F(StopTest, RecordOfAnotherBootIsStale) {
   expect_cleaned();
 }
 
+TEST_F(StopTest, QuitTimeoutIsHalfTheStopTimeoutInWholeSecondsAtLeastOne) {
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 1500ms);
+  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(d.host.received, (std::vector<std::string>{"quit -t 1"}));
+}
+
+// --- stop_daemon: what of the daemon's tree outlives it --------------------------------
+
+class SweepTest : public StopTest {
+ protected:
+  // A process of `uid` named `comm` with `pipe` (if any) as its MPS pipe dir.
+  pid_t add_process(pid_t p, uid_t uid, const std::string& comm, const std::optional<std::string>& pipe) {
+    d.proc.add(p, uid, 70000 + static_cast<uint64_t>(p));
+    d.proc.comms[p] = comm;
+    if (pipe) d.proc.environ[p]["CUDA_MPS_PIPE_DIRECTORY"] = *pipe;
+    return p;
+  }
+  // An MPS server the daemon forked (it serves the daemon's pipe dir).
+  pid_t add_server(pid_t p) {
+    add_process(p, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
+    d.proc.kids[pid].push_back(p);
+    return p;
+  }
+  bool signalled(pid_t p) const {
+    return std::any_of(d.signaller.requests.begin(), d.signaller.requests.end(), [&](const auto& r) { return r.first == p; });
+  }
+  uid_t other_uid() const { return daemon_uid() == 4321 ? 4322 : 4321; }
+};
+
+TEST_F(SweepTest, AServerThatOutlivesItsDaemonsQuitIsKilled) {
+  pid_t server = add_server(pid + 1);
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{server, SIGKILL}}));
+  EXPECT_FALSE(d.proc.alive(server));
+  EXPECT_NE(rep.detail.find("killed 1 leftover MPS process(es)"), std::string::npos) << rep.detail;
+  expect_cleaned();
+}
+
+TEST_F(SweepTest, EveryDescendantSeenBeforeTheQuitIsKilledWhateverItsName) {
+  // Not an MPS binary and without the pipe dir: found only as a descendant,
+  // seen before the quit (afterwards it is an orphan, no longer a child).
+  pid_t child = add_process(pid + 1, daemon_uid(), "sh", std::nullopt);
+  pid_t grandchild = add_process(pid + 2, daemon_uid(), "sleep", std::nullopt);
+  d.proc.kids[pid] = {child};
+  d.proc.kids[child] = {grandchild};
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{child, SIGKILL}, {grandchild, SIGKILL}}));
+  EXPECT_NE(rep.detail.find("killed 2 leftover MPS process(es)"), std::string::npos) << rep.detail;
+}
+
+TEST_F(SweepTest, ADescendantWhosePidWasReusedIsNotKilled) {
+  pid_t child = add_process(pid + 1, daemon_uid(), "sh", std::nullopt);
+  d.proc.kids[pid] = {child};
+  d.runner.handler = [&, inner = d.runner.handler](const Command& c) {
+    CommandResult r = inner(c);
+    if (c.stdin_data.rfind("quit", 0) == 0) d.proc.procs[child].start_ticks += 1;  // exited; pid taken by another
+    return r;
+  };
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_TRUE(d.signaller.delivered.empty());
+  EXPECT_TRUE(d.proc.alive(child));
+  EXPECT_EQ(rep.detail, "");
+}
+
+TEST_F(SweepTest, AnOrphanServerIsKilledEvenWhenTheDaemonIsAlreadyGone) {
+  pid_t orphan = add_process(9001, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
+  d.proc.kill(pid);
+  std::string e = error_of<StaleCudaMpsDaemonError>([&] { stop_daemon(d.services, d.tools, store, rec, 10s); });
+  EXPECT_NE(e.find("no longer running"), std::string::npos) << e;
+  EXPECT_NE(e.find("killed 1 leftover MPS process(es)"), std::string::npos) << e;
+  EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{orphan, SIGKILL}}));
+  EXPECT_FALSE(d.proc.alive(orphan));
+  EXPECT_TRUE(d.runner.commands.empty());  // nothing to quit
+  expect_cleaned();
+}
+
+TEST_F(SweepTest, AClientOnThePipeDirIsLeftAlone) {
+  pid_t orphan = add_process(9001, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
+  pid_t client = add_process(9002, daemon_uid(), "python3", rec.pipe_directory);
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_FALSE(d.proc.alive(orphan));  // the sweep ran
+  EXPECT_FALSE(signalled(client));
+  EXPECT_TRUE(d.proc.alive(client));
+}
+
+TEST_F(SweepTest, AnotherUsersMpsProcessIsLeftAlone) {
+  pid_t orphan = add_process(9001, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
+  pid_t foreign = add_process(9003, other_uid(), "nvidia-cuda-mps", rec.pipe_directory);
+  d.proc.kill(pid);
+  EXPECT_THROW(stop_daemon(d.services, d.tools, store, rec, 10s), StaleCudaMpsDaemonError);
+  EXPECT_FALSE(d.proc.alive(orphan));
+  EXPECT_FALSE(signalled(foreign));
+  EXPECT_TRUE(d.proc.alive(foreign));
+}
+
+TEST_F(SweepTest, MpsProcessesOfAnotherPipeDirAreLeftAlone) {
+  pid_t orphan = add_process(9001, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
+  pid_t other = add_process(9004, daemon_uid(), "nvidia-cuda-mps", tmp / "other/pipe");
+  pid_t longer = add_process(9005, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory + "2");
+  pid_t none = add_process(9006, daemon_uid(), "nvidia-cuda-mps", std::nullopt);  // e.g. the default /tmp/nvidia-mps
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_FALSE(d.proc.alive(orphan));
+  for (pid_t p : {other, longer, none}) {
+    EXPECT_FALSE(signalled(p)) << p;
+    EXPECT_TRUE(d.proc.alive(p)) << p;
+  }
+}
+
+TEST_F(SweepTest, ASurvivorIsAnErrorAndTheRecordIsKept) {
+  pid_t server = add_server(pid + 1);
+  d.signaller.immune = {server};
+  std::string e = error_of([&] { stop_daemon(d.services, d.tools, store, rec, 10s); });
+  EXPECT_NE(e.find(std::to_string(server)), std::string::npos) << e;
+  EXPECT_NE(e.find("survive SIGKILL"), std::string::npos) << e;
+  EXPECT_NE(e.find(rec.name), std::string::npos) << e;
+  EXPECT_FALSE(d.proc.alive(pid));
+  EXPECT_TRUE(d.proc.alive(server));
+  EXPECT_TRUE(store.read(rec.name));
+  EXPECT_TRUE(exists(rec.pipe_directory));
+  EXPECT_LE(stop_elapsed(), 10s + 1s);
+}
+
+TEST_F(SweepTest, AnIgnoringDaemonAndAServerStillFitTheStopTimeout) {
+  d.host.quit_ends_daemon = false;
+  d.signaller.lethal = {SIGKILL};  // ignores quit and SIGTERM
+  pid_t server = add_server(pid + 1);
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, "killed");
+  EXPECT_EQ(d.signaller.delivered,
+            (std::vector<std::pair<pid_t, int>>{{pid, SIGTERM}, {pid, SIGKILL}, {server, SIGKILL}}));
+  EXPECT_NE(rep.detail.find("ignored SIGTERM"), std::string::npos) << rep.detail;
+  EXPECT_NE(rep.detail.find("killed 1 leftover MPS process(es)"), std::string::npos) << rep.detail;
+  EXPECT_LE(stop_elapsed(), 10s + 1s);
+  expect_cleaned();
+}
+
+TEST_F(SweepTest, AnIgnoringDaemonAndASurvivingServerStillFitTheStopTimeout) {
+  d.host.quit_ends_daemon = false;
+  d.signaller.lethal = {SIGKILL};
+  pid_t server = add_server(pid + 1);
+  d.signaller.immune = {server};
+  std::string e = error_of([&] { stop_daemon(d.services, d.tools, store, rec, 10s); });
+  EXPECT_NE(e.find("survive SIGKILL"), std::string::npos) << e;
+  EXPECT_LE(stop_elapsed(), 10s + 1s);
+  EXPECT_GE(stop_elapsed(), 10s);  // it did wait for the survivor
+  EXPECT_TRUE(store.read(rec.name));
+}
+
 TEST_F(DaemonTest, StartingRecordWithoutDaemonIsNotStarted) {
   StartRequest req = request();
   // What a crash right after writing the "starting" record leaves behind.

@@ -241,6 +241,27 @@ class FakeProcReader final : public ProcReader {
     if (v == it->second.end()) return std::nullopt;
     return v->second;
   }
+  std::vector<pid_t> pids() override {
+    std::vector<pid_t> out;
+    for (const auto& [pid, st] : procs) out.push_back(pid);
+    return out;
+  }
+  std::vector<pid_t> children(pid_t pid) override {
+    auto it = kids.find(pid);
+    return it == kids.end() || !procs.count(pid) ? std::vector<pid_t>{} : it->second;
+  }
+  std::optional<std::string> comm(pid_t pid) override {
+    auto it = comms.find(pid);
+    if (it == comms.end() || !procs.count(pid)) return std::nullopt;
+    return it->second;
+  }
+  std::optional<std::string> cgroup(pid_t pid) override {
+    ++cgroup_calls;
+    if (on_cgroup) on_cgroup(pid);
+    auto it = cgroups.find(pid);
+    if (it == cgroups.end() || !procs.count(pid)) return std::nullopt;
+    return it->second;
+  }
 
   void add(pid_t pid, uid_t uid, uint64_t start_ticks, char state = 'S') {
     ProcStat st;
@@ -249,9 +270,13 @@ class FakeProcReader final : public ProcReader {
     st.uid = uid;
     procs[pid] = st;
   }
+  // Gone, with everything /proc showed of it; its children stay (orphans).
   void kill(pid_t pid) {
     procs.erase(pid);
     environ.erase(pid);
+    kids.erase(pid);
+    comms.erase(pid);
+    cgroups.erase(pid);
   }
   bool alive(pid_t pid) const {
     auto it = procs.find(pid);
@@ -260,8 +285,14 @@ class FakeProcReader final : public ProcReader {
 
   std::map<pid_t, ProcStat> procs;
   std::map<pid_t, std::map<std::string, std::string>> environ;
+  std::map<pid_t, std::vector<pid_t>> kids;  // pid -> direct children
+  std::map<pid_t, std::string> comms;        // pid -> /proc/PID/comm
+  std::map<pid_t, std::string> cgroups;      // pid -> /proc/PID/cgroup text
+  // Called on every cgroup() read, before the answer (e.g. to move a process).
+  std::function<void(pid_t)> on_cgroup;
   std::string boot = "0c1e3a55-boot-0000-0000-000000000001";
   int stat_calls = 0;
+  int cgroup_calls = 0;
 };
 
 // Records every signal request; a request is "delivered" (and may kill the
@@ -274,7 +305,7 @@ class RecordingSignaller final : public Signaller {
     Liveness l = check_identity(id, proc);
     if (l != Liveness::kLive) return l;
     delivered.emplace_back(id.pid, sig);
-    if (lethal.count(sig)) {
+    if (lethal.count(sig) && !immune.count(id.pid)) {
       if (auto* fake = dynamic_cast<FakeProcReader*>(&proc)) fake->kill(id.pid);
     }
     return Liveness::kLive;
@@ -282,6 +313,7 @@ class RecordingSignaller final : public Signaller {
   std::vector<std::pair<pid_t, int>> requests;
   std::vector<std::pair<pid_t, int>> delivered;
   std::set<int> lethal = {SIGTERM, SIGKILL};
+  std::set<pid_t> immune;  // processes no signal ends (stuck in the kernel)
 };
 
 // Monotonic time that only moves when someone sleeps (or the test advances it).

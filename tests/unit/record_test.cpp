@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "common/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
@@ -142,6 +144,120 @@ TEST(DaemonRecordJson, BadValuesAreRefused) {
   j["state"] = "starting";
   j["pid"] = -3;
   EXPECT_THROW(DaemonRecord::from_json(j), CudaMpsError);
+}
+
+// --- containment ------------------------------------------------------------------
+
+ContainmentPlan v1_containment() {
+  ContainmentPlan c;
+  c.cgroup_version = 1;
+  c.mountpoint = "/sys/fs/cgroup";
+  c.controllers = {"freezer", "devices", "memory"};
+  c.job_cgroup = "uid_1000/job_17/step_extern";
+  return c;
+}
+
+// plain_record() as DaemonRecord::to_json().dump(2) wrote it before records
+// could hold a containment plan (commit 21c6754): records without one must
+// stay byte-identical, so older readers and diffs of state dirs see no change.
+const char* const kPlainRecordBeforeContainment = R"({
+  "boot_id": "0c1e3a55-boot-0000-0000-000000000001",
+  "created_at": 1700000000.0,
+  "gid": 1000,
+  "gpu_uuids": [
+    "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16"
+  ],
+  "host": "ws1",
+  "job_id": null,
+  "limits": {
+    "active_thread_percentage": null,
+    "pinned_mem_limit": null
+  },
+  "log_directory": "/tmp/u/gpu-7fdaf0a5/pipe-log",
+  "name": "gpu-7fdaf0a5",
+  "owned_directories": [
+    "/tmp/u/gpu-7fdaf0a5"
+  ],
+  "pid": 4242,
+  "pipe_directory": "/tmp/u/gpu-7fdaf0a5/pipe",
+  "process_start_ticks": 123456,
+  "schema_version": 1,
+  "slurm": null,
+  "state": "running",
+  "topology_mode": "single_gpu",
+  "uid": 1000
+})";
+
+TEST(DaemonRecordJson, ContainmentRoundTrips) {
+  DaemonRecord r = slurm_record();
+  r.containment = v1_containment();
+  nlohmann::json j = r.to_json();
+  ASSERT_TRUE(j.contains("containment"));
+  EXPECT_EQ(j["containment"]["cgroup_version"], 1);
+  EXPECT_EQ(j["containment"]["job_cgroup"], "uid_1000/job_17/step_extern");
+  EXPECT_EQ(j["containment"]["controllers"], nlohmann::json::array({"freezer", "devices", "memory"}));
+  DaemonRecord back = DaemonRecord::from_json(nlohmann::json::parse(j.dump(2)));
+  EXPECT_EQ(back, r);
+  ASSERT_TRUE(back.containment);
+  EXPECT_EQ(*back.containment, v1_containment());
+
+  ContainmentPlan v2;
+  v2.cgroup_version = 2;
+  v2.mountpoint = "/sys/fs/cgroup";
+  v2.job_cgroup = "job_17/step_extern";
+  r.containment = v2;
+  back = DaemonRecord::from_json(nlohmann::json::parse(r.to_json().dump()));
+  EXPECT_EQ(back, r);
+  EXPECT_TRUE(back.containment->controllers.empty());
+}
+
+TEST(DaemonRecordJson, WithoutContainmentTheJsonIsAsBefore) {
+  DaemonRecord r = plain_record();
+  ASSERT_FALSE(r.containment);
+  nlohmann::json j = r.to_json();
+  EXPECT_FALSE(j.contains("containment"));
+  EXPECT_EQ(j.dump(2), kPlainRecordBeforeContainment);
+  // And such a record still reads, without containment; so does an explicit null.
+  DaemonRecord back = DaemonRecord::from_json(nlohmann::json::parse(kPlainRecordBeforeContainment));
+  EXPECT_EQ(back, r);
+  EXPECT_FALSE(back.containment);
+  j["containment"] = nullptr;
+  EXPECT_FALSE(DaemonRecord::from_json(j).containment);
+}
+
+TEST(DaemonRecordJson, MalformedContainmentIsRefused) {
+  auto refuses = [](const std::function<void(nlohmann::json&)>& edit) {
+    DaemonRecord r = plain_record();
+    r.containment = v1_containment();
+    nlohmann::json j = r.to_json();
+    edit(j["containment"]);
+    return error_of([&] { DaemonRecord::from_json(j); });
+  };
+  auto refused = [](const std::string& e) { return e.rfind("<", 0) != 0; };  // a CudaMpsError, not "<no exception>"
+  std::string e = refuses([](auto& c) { c["cgroup_version"] = 3; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["cgroup_version"] = 0; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["cgroup_version"] = 1e300; });  // no float-to-int cast (undefined behaviour)
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["cgroup_version"] = 1.5; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["cgroup_version"] = "1"; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["job_cgroup"] = ""; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["controllers"] = nlohmann::json::array({"freezer", "../x"}); });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["controllers"] = nlohmann::json::array({".."}); });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["controllers"] = "freezer"; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c["mountpoint"] = "sys/fs/cgroup"; });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c.erase("job_cgroup"); });
+  EXPECT_TRUE(refused(e)) << e;
+  e = refuses([](auto& c) { c = 5; });
+  EXPECT_TRUE(refused(e)) << e;
 }
 
 // --- RecordStore ----------------------------------------------------------------

@@ -51,6 +51,18 @@ TEST(ParsePluginArgs, EveryKey) {
   EXPECT_EQ(parse_plugin_args({"stop_timeout=1", "stop_timeout=2"}).stop_timeout, 2000ms);
 }
 
+TEST(ParsePluginArgs, ContainIsAutoOrOff) {
+  EXPECT_EQ(parse_plugin_args({}).contain, "auto");
+  EXPECT_EQ(parse_plugin_args({"contain=off"}).contain, "off");
+  EXPECT_EQ(parse_plugin_args({"contain=off", "contain=auto"}).contain, "auto");
+  for (const char* bad : {"contain=yes", "contain=", "contain=OFF", "contain=no"}) {
+    std::string e = error_of([&] { parse_plugin_args({bad}); });
+    EXPECT_NE(e.find("contain="), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("auto"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("off"), std::string::npos) << bad << ": " << e;
+  }
+}
+
 TEST(ParsePluginArgs, UnknownKeyIsAnErrorNamingIt) {
   std::string e = error_of([] { parse_plugin_args({"state_dir=/x", "statedir=/y"}); });
   EXPECT_NE(e.find("'statedir'"), std::string::npos) << e;

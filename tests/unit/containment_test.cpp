@@ -1,0 +1,516 @@
+#include "common/containment.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include "common/errors.hpp"
+#include "tests/unit/doubles.hpp"
+
+namespace unilab::mps {
+namespace {
+
+using namespace std::chrono_literals;
+using test::error_of;
+using test::TempDir;
+using test::write_text;
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The cgroup file system as a set of directories; every write is recorded
+// and may be answered with an injected errno (per written pid text).
+class FakeCgroupFs final : public CgroupFs {
+ public:
+  bool is_dir(const std::string& path) override { return dirs.count(path) != 0; }
+  int write(const std::string& path, const std::string& text) override {
+    if (auto it = errors.find(text); it != errors.end()) return it->second;
+    writes.emplace_back(path, text);
+    return 0;
+  }
+  std::set<std::string> dirs;
+  std::map<std::string, int> errors;  // written text -> errno
+  std::vector<std::pair<std::string, std::string>> writes;
+};
+
+// --- cgroup_site_from / read_cgroup_site ---------------------------------------------
+
+class CgroupSiteTest : public ::testing::Test {
+ protected:
+  TempDir tmp;
+  std::string slurm_conf = tmp / "slurm.conf";
+  CgroupSite site(const std::string& slurm, const std::optional<std::string>& cgroup = std::nullopt) {
+    write_text(slurm_conf, "ClusterName=c\n" + slurm);
+    if (cgroup) write_text(tmp / "cgroup.conf", *cgroup);
+    return read_cgroup_site(slurm_conf);
+  }
+};
+
+TEST_F(CgroupSiteTest, PrologFlagsAreACaseInsensitiveCommaSeparatedList) {
+  CgroupSite s = site("PrologFlags=Alloc,Contain\n");
+  EXPECT_TRUE(s.prolog_contain);
+  EXPECT_FALSE(s.prolog_run_in_job);
+  s = site("prologflags=runinjob\n");
+  EXPECT_FALSE(s.prolog_contain);
+  EXPECT_TRUE(s.prolog_run_in_job);
+  s = site("PrologFlags=X11,CONTAIN,RunInJob,Serial\n");
+  EXPECT_TRUE(s.prolog_contain);
+  EXPECT_TRUE(s.prolog_run_in_job);
+  // Whole flags only: neither a longer name nor a prefix counts.
+  s = site("PrologFlags=NoContain,RunInJobs,Alloc\n");
+  EXPECT_FALSE(s.prolog_contain);
+  EXPECT_FALSE(s.prolog_run_in_job);
+  s = site("PrologFlags=Alloc\n");
+  EXPECT_FALSE(s.prolog_contain);
+  EXPECT_FALSE(s.prolog_run_in_job);
+}
+
+TEST_F(CgroupSiteTest, ProctrackTypeCgroupOnly) {
+  EXPECT_TRUE(site("ProctrackType=proctrack/cgroup\n").proctrack_cgroup);
+  EXPECT_TRUE(site("proctracktype=Proctrack/Cgroup\n").proctrack_cgroup);
+  EXPECT_FALSE(site("ProctrackType=proctrack/linuxproc\n").proctrack_cgroup);
+  EXPECT_FALSE(site("").proctrack_cgroup);
+}
+
+TEST_F(CgroupSiteTest, CgroupConfKeys) {
+  CgroupSite s = site("ProctrackType=proctrack/cgroup\n",
+                      "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/cg\nConstrainDevices=yes\nConstrainRAMSpace=yes\n"
+                      "ConstrainCores=yes\n");
+  EXPECT_EQ(s.cgroup_plugin, "cgroup/v1");
+  EXPECT_EQ(s.mountpoint, "/cg");
+  EXPECT_TRUE(s.constrain_devices);
+  EXPECT_TRUE(s.constrain_ram);
+  EXPECT_TRUE(s.constrain_cores);
+
+  s = site("", "cgroupplugin=Cgroup/V2\nConstrainDevices=YES\nConstrainSwapSpace=yes\nConstrainCores=no\n");
+  EXPECT_EQ(s.cgroup_plugin, "cgroup/v2");
+  EXPECT_EQ(s.mountpoint, "/sys/fs/cgroup");
+  EXPECT_TRUE(s.constrain_devices);
+  EXPECT_TRUE(s.constrain_ram);  // swap alone constrains memory too
+  EXPECT_FALSE(s.constrain_cores);
+
+  s = site("", "ConstrainDevices=no\nConstrainRAMSpace=no\n");
+  EXPECT_EQ(s.cgroup_plugin, "autodetect");
+  EXPECT_FALSE(s.constrain_devices);
+  EXPECT_FALSE(s.constrain_ram);
+  EXPECT_FALSE(s.constrain_cores);
+}
+
+TEST_F(CgroupSiteTest, MissingCgroupConfMeansSlurmsDefaults) {
+  CgroupSite s = site("PrologFlags=Contain\nProctrackType=proctrack/cgroup\n");
+  EXPECT_TRUE(s.prolog_contain);
+  EXPECT_TRUE(s.proctrack_cgroup);
+  EXPECT_EQ(s.cgroup_plugin, "autodetect");
+  EXPECT_EQ(s.mountpoint, "/sys/fs/cgroup");
+  EXPECT_FALSE(s.constrain_devices);
+  EXPECT_FALSE(s.constrain_ram);
+  EXPECT_FALSE(s.constrain_cores);
+}
+
+TEST_F(CgroupSiteTest, UnreadableSlurmConfIsAnError) {
+  EXPECT_THROW(read_cgroup_site(tmp / "none.conf"), CudaMpsError);
+}
+
+TEST(CgroupSiteFrom, WorksOnParsedValues) {
+  SlurmConf slurm;
+  slurm.values["prologflags"] = "contain";
+  SlurmConf cgroup;
+  cgroup.values["cgroupmountpoint"] = "";  // empty: keep the default
+  cgroup.values["constraindevices"] = "true";
+  CgroupSite s = cgroup_site_from(slurm, cgroup);
+  EXPECT_TRUE(s.prolog_contain);
+  EXPECT_EQ(s.mountpoint, "/sys/fs/cgroup");
+  EXPECT_TRUE(s.constrain_devices);
+  EXPECT_FALSE(cgroup_site_from(slurm, std::nullopt).constrain_devices);
+}
+
+// --- plan_containment ------------------------------------------------------------------
+
+const std::string kOwnV2 = "0::/system.slice/n1_slurmstepd.scope/job_7/step_extern/slurm\n";
+
+CgroupSite v1_site() {
+  CgroupSite s;
+  s.prolog_contain = true;
+  s.proctrack_cgroup = true;
+  s.constrain_devices = true;
+  s.cgroup_plugin = "cgroup/v1";
+  return s;
+}
+
+CgroupSite v2_site() {
+  CgroupSite s = v1_site();
+  s.prolog_contain = false;
+  s.prolog_run_in_job = true;
+  s.cgroup_plugin = "cgroup/v2";
+  return s;
+}
+
+TEST(PlanContainment, OffPlansNothing) {
+  FakeCgroupFs fs;
+  EXPECT_FALSE(plan_containment(v1_site(), "off", 1000, "7", "", fs));
+  EXPECT_FALSE(plan_containment(v2_site(), "off", 1000, "7", kOwnV2, fs));
+  CgroupSite bad = v1_site();
+  bad.prolog_contain = false;  // would be refused under auto
+  EXPECT_FALSE(plan_containment(bad, "off", 1000, "7", "", fs));
+}
+
+TEST(PlanContainment, NoConstraintAndNoCgroupTrackingPlansNothing) {
+  FakeCgroupFs fs;
+  CgroupSite s = v1_site();
+  s.proctrack_cgroup = false;
+  s.constrain_devices = false;
+  s.constrain_ram = true;  // memory alone: the daemon reaches no foreign GPU
+  EXPECT_FALSE(plan_containment(s, "auto", 1000, "7", "", fs));
+  // Tracking without device constraint and without flags: nothing to protect.
+  s = v1_site();
+  s.constrain_devices = false;
+  s.prolog_contain = false;
+  EXPECT_FALSE(plan_containment(s, "auto", 1000, "7", "", fs));
+}
+
+TEST(PlanContainment, ConstrainedDevicesWithoutContainOrRunInJobAreRefused) {
+  FakeCgroupFs fs;
+  CgroupSite s = v1_site();
+  s.prolog_contain = false;
+  std::string e = error_of([&] { plan_containment(s, "auto", 1000, "7", "", fs); });
+  EXPECT_TRUE(has(e, "PrologFlags=Contain")) << e;
+  EXPECT_TRUE(has(e, "ConstrainDevices")) << e;
+  s.proctrack_cgroup = false;
+  EXPECT_THROW(plan_containment(s, "auto", 1000, "7", "", fs), CudaMpsError);
+}
+
+TEST(PlanContainment, V1ContainMovesIntoTheExternStepOfEachConstrainedController) {
+  FakeCgroupFs fs;
+  auto plan = plan_containment(v1_site(), "auto", 1000, "7", "", fs);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->cgroup_version, 1);
+  EXPECT_EQ(plan->mountpoint, "/sys/fs/cgroup");
+  EXPECT_EQ(plan->controllers, (std::vector<std::string>{"freezer", "devices"}));
+  EXPECT_EQ(plan->job_cgroup, "uid_1000/job_7/step_extern");
+
+  CgroupSite s = v1_site();
+  s.constrain_ram = true;
+  s.constrain_cores = true;
+  s.mountpoint = "/cg";
+  plan = plan_containment(s, "auto", 1001, "42", "", fs);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->mountpoint, "/cg");
+  EXPECT_EQ(plan->controllers, (std::vector<std::string>{"freezer", "devices", "memory", "cpuset"}));
+  EXPECT_EQ(plan->job_cgroup, "uid_1001/job_42/step_extern");
+
+  // Devices only (no proctrack/cgroup): no freezer to move into.
+  s = v1_site();
+  s.proctrack_cgroup = false;
+  plan = plan_containment(s, "auto", 1000, "7", "", fs);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->controllers, (std::vector<std::string>{"devices"}));
+}
+
+TEST(PlanContainment, AutodetectPicksV1WhereTheFreezerHierarchyIsMounted) {
+  CgroupSite s = v1_site();
+  s.cgroup_plugin = "autodetect";
+  s.prolog_run_in_job = true;
+  s.mountpoint = "/cg";
+  FakeCgroupFs fs;
+  fs.dirs = {"/cg/freezer"};
+  auto plan = plan_containment(s, "auto", 1000, "7", kOwnV2, fs);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->cgroup_version, 1);
+  // A freezer elsewhere than the configured mountpoint does not count.
+  fs.dirs = {"/sys/fs/cgroup/freezer"};
+  plan = plan_containment(s, "auto", 1000, "7", kOwnV2, fs);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->cgroup_version, 2);
+  EXPECT_EQ(plan->job_cgroup, "job_7/step_extern");
+  EXPECT_TRUE(plan->controllers.empty());
+}
+
+TEST(PlanContainment, V2WithRunInJobAndThePrologInsideTheJob) {
+  FakeCgroupFs fs;
+  auto plan = plan_containment(v2_site(), "auto", 1000, "7", kOwnV2, fs);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->cgroup_version, 2);
+  EXPECT_EQ(plan->mountpoint, "/sys/fs/cgroup");
+  EXPECT_EQ(plan->job_cgroup, "job_7/step_extern");
+  EXPECT_TRUE(plan->controllers.empty());
+  // The step_extern cgroup itself (no child) is inside the job too.
+  EXPECT_TRUE(plan_containment(v2_site(), "auto", 1000, "7", "0::/system.slice/n1_slurmstepd.scope/job_7/step_extern\n", fs));
+  // Explicit cgroup/v2 does not look for a freezer.
+  fs.dirs = {"/sys/fs/cgroup/freezer"};
+  EXPECT_EQ(plan_containment(v2_site(), "auto", 1000, "7", kOwnV2, fs)->cgroup_version, 2);
+}
+
+TEST(PlanContainment, V2WithoutRunInJobOrOutsideTheJobIsRefusedNamingRunInJob) {
+  FakeCgroupFs fs;
+  CgroupSite contain_only = v2_site();
+  contain_only.prolog_run_in_job = false;
+  contain_only.prolog_contain = true;
+  std::string e = error_of([&] { plan_containment(contain_only, "auto", 1000, "7", kOwnV2, fs); });
+  EXPECT_TRUE(has(e, "RunInJob")) << e;
+
+  e = error_of([&] { plan_containment(v2_site(), "auto", 1000, "7", "0::/system.slice/slurmd.service\n", fs); });
+  EXPECT_TRUE(has(e, "RunInJob")) << e;
+  EXPECT_TRUE(has(e, "/system.slice/slurmd.service")) << e;
+  // Another job's cgroup whose id starts with ours.
+  e = error_of([&] { plan_containment(v2_site(), "auto", 1000, "7", "0::/system.slice/n1_slurmstepd.scope/job_77/step_extern/slurm\n", fs); });
+  EXPECT_TRUE(has(e, "RunInJob")) << e;
+  // The job, but not its extern step (a batch step).
+  EXPECT_THROW(plan_containment(v2_site(), "auto", 1000, "7", "0::/system.slice/n1_slurmstepd.scope/job_7/step_batch\n", fs),
+               CudaMpsError);
+  // No v2 line at all.
+  EXPECT_THROW(plan_containment(v2_site(), "auto", 1000, "7", "4:freezer:/slurm/uid_1000/job_7/step_extern\n", fs),
+               CudaMpsError);
+  EXPECT_THROW(plan_containment(v2_site(), "auto", 1000, "7", "", fs), CudaMpsError);
+}
+
+TEST(PlanContainment, V2WithoutRunInJobButWithoutDeviceConstraintPlansNothing) {
+  // As on v1 without the flags: the daemon could reach no GPU beyond the job,
+  // so a site that merely tracks processes with cgroups is not refused.
+  FakeCgroupFs fs;
+  CgroupSite s = v2_site();
+  s.prolog_run_in_job = false;
+  s.prolog_contain = true;
+  s.constrain_devices = false;
+  EXPECT_FALSE(plan_containment(s, "auto", 1000, "7", "0::/system.slice/slurmd.service\n", fs));
+  s.prolog_contain = false;
+  EXPECT_FALSE(plan_containment(s, "auto", 1000, "7", "0::/system.slice/slurmd.service\n", fs));
+  // With RunInJob it is contained all the same.
+  s.prolog_run_in_job = true;
+  EXPECT_TRUE(plan_containment(s, "auto", 1000, "7", kOwnV2, fs));
+}
+
+// --- extern_step_procs_files ----------------------------------------------------------
+
+ContainmentPlan v1_plan() {
+  ContainmentPlan p;
+  p.cgroup_version = 1;
+  p.mountpoint = "/cg";
+  p.controllers = {"freezer", "devices"};
+  p.job_cgroup = "uid_1000/job_7/step_extern";
+  return p;
+}
+
+ContainmentPlan v2_plan() {
+  ContainmentPlan p;
+  p.cgroup_version = 2;
+  p.mountpoint = "/sys/fs/cgroup";
+  p.job_cgroup = "job_7/step_extern";
+  return p;
+}
+
+TEST(ExternStepProcsFiles, PrefersTheNodesOwnSlurmRoot) {
+  FakeCgroupFs fs;
+  fs.dirs = {"/cg/freezer/slurm_n1/uid_1000/job_7/step_extern", "/cg/devices/slurm_n1/uid_1000/job_7/step_extern",
+             "/cg/freezer/slurm/uid_1000/job_7/step_extern", "/cg/devices/slurm/uid_1000/job_7/step_extern"};
+  auto files = extern_step_procs_files(v1_plan(), "n1", fs);
+  ASSERT_TRUE(files);
+  EXPECT_EQ(*files, (std::vector<std::string>{"/cg/freezer/slurm_n1/uid_1000/job_7/step_extern/cgroup.procs",
+                                              "/cg/devices/slurm_n1/uid_1000/job_7/step_extern/cgroup.procs"}));
+}
+
+TEST(ExternStepProcsFiles, FallsBackToThePlainSlurmRoot) {
+  FakeCgroupFs fs;
+  fs.dirs = {"/cg/freezer/slurm/uid_1000/job_7/step_extern", "/cg/devices/slurm/uid_1000/job_7/step_extern",
+             "/cg/freezer/slurm_n2/uid_1000/job_7/step_extern", "/cg/devices/slurm_n2/uid_1000/job_7/step_extern"};
+  auto files = extern_step_procs_files(v1_plan(), "n1", fs);
+  ASSERT_TRUE(files);
+  EXPECT_EQ(*files, (std::vector<std::string>{"/cg/freezer/slurm/uid_1000/job_7/step_extern/cgroup.procs",
+                                              "/cg/devices/slurm/uid_1000/job_7/step_extern/cgroup.procs"}));
+}
+
+TEST(ExternStepProcsFiles, NothingWhileOneControllersStepIsMissing) {
+  FakeCgroupFs fs;
+  fs.dirs = {"/cg/freezer/slurm_n1/uid_1000/job_7/step_extern", "/cg/devices/slurm_n1/uid_1000/job_7"};
+  EXPECT_FALSE(extern_step_procs_files(v1_plan(), "n1", fs));
+  fs.dirs = {"/cg/devices/slurm/uid_1000/job_7/step_extern"};
+  EXPECT_FALSE(extern_step_procs_files(v1_plan(), "n1", fs));
+  fs.dirs.clear();
+  EXPECT_FALSE(extern_step_procs_files(v1_plan(), "n1", fs));
+  // Once both exist, they are found.
+  fs.dirs = {"/cg/freezer/slurm_n1/uid_1000/job_7/step_extern", "/cg/devices/slurm_n1/uid_1000/job_7/step_extern"};
+  EXPECT_TRUE(extern_step_procs_files(v1_plan(), "n1", fs));
+}
+
+TEST(ExternStepProcsFiles, V2HasNothingToMove) {
+  FakeCgroupFs fs;
+  auto files = extern_step_procs_files(v2_plan(), "n1", fs);
+  ASSERT_TRUE(files);
+  EXPECT_TRUE(files->empty());
+}
+
+// --- move_daemon_tree -----------------------------------------------------------------
+
+class MoveDaemonTreeTest : public ::testing::Test {
+ protected:
+  test::FakeProcReader proc;
+  FakeCgroupFs fs;
+  ProcessIdentity daemon{500, 9000, proc.boot, 1000};
+  std::vector<std::string> files{"/cg/freezer/x/cgroup.procs", "/cg/devices/x/cgroup.procs"};
+  void SetUp() override {
+    proc.add(500, 1000, 9000);  // the control daemon
+    proc.add(501, 1000, 9001);  // its server
+    proc.add(502, 1000, 9002);  // the server's child
+    proc.kids[500] = {501};
+    proc.kids[501] = {502};
+  }
+  std::vector<std::pair<std::string, std::string>> writes_of(std::vector<std::string> pids) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& p : pids) for (const auto& f : files) out.emplace_back(f, p);
+    return out;
+  }
+};
+
+TEST_F(MoveDaemonTreeTest, WritesTheDaemonThenItsDescendantsIntoEveryFile) {
+  EXPECT_EQ(move_daemon_tree(daemon, files, proc, fs), "");
+  EXPECT_EQ(fs.writes, writes_of({"500", "501", "502"}));
+}
+
+TEST_F(MoveDaemonTreeTest, RefusesADaemonThatIsNotLiveAndWritesNothing) {
+  proc.procs[500].start_ticks = 9999;  // the pid now names another process
+  std::string e = move_daemon_tree(daemon, files, proc, fs);
+  EXPECT_TRUE(has(e, "pid-reused")) << e;
+  EXPECT_TRUE(fs.writes.empty());
+
+  proc.procs[500].start_ticks = 9000;
+  proc.procs[500].uid = 1001;  // same start, other user: not ours either
+  e = move_daemon_tree(daemon, files, proc, fs);
+  EXPECT_FALSE(e.empty());
+  EXPECT_TRUE(fs.writes.empty());
+
+  proc.kill(500);
+  e = move_daemon_tree(daemon, files, proc, fs);
+  EXPECT_TRUE(has(e, "gone")) << e;
+  EXPECT_TRUE(fs.writes.empty());
+}
+
+TEST_F(MoveDaemonTreeTest, ADescendantThatExitedMeanwhileIsTolerated) {
+  fs.errors["501"] = ESRCH;
+  EXPECT_EQ(move_daemon_tree(daemon, files, proc, fs), "");
+  EXPECT_EQ(fs.writes, writes_of({"500", "502"}));
+}
+
+TEST_F(MoveDaemonTreeTest, TheDaemonItselfMustMove) {
+  fs.errors["500"] = ESRCH;
+  std::string e = move_daemon_tree(daemon, files, proc, fs);
+  EXPECT_TRUE(has(e, "cannot move pid 500")) << e;
+  EXPECT_TRUE(fs.writes.empty());
+}
+
+TEST_F(MoveDaemonTreeTest, OtherErrorsForADescendantAreErrors) {
+  fs.errors["502"] = EACCES;
+  std::string e = move_daemon_tree(daemon, files, proc, fs);
+  EXPECT_TRUE(has(e, "cannot move pid 502")) << e;
+  EXPECT_TRUE(has(e, files[0])) << e;
+}
+
+// --- cgroup_matches -------------------------------------------------------------------
+
+std::string v1_text(const std::string& freezer, const std::string& devices) {
+  return "12:memory:/user.slice\n11:freezer:" + freezer + "\n7:devices:" + devices + "\n1:name=systemd:/user.slice\n0::/user.slice\n";
+}
+
+TEST(CgroupMatches, V1WantsTheExactLeafInEveryController) {
+  const ContainmentPlan p = v1_plan();
+  const std::string leaf = "/slurm/uid_1000/job_7/step_extern";
+  EXPECT_TRUE(cgroup_matches(p, v1_text(leaf, leaf)));
+  EXPECT_TRUE(cgroup_matches(p, v1_text("/slurm_n1/uid_1000/job_7/step_extern", "/slurm_n1/uid_1000/job_7/step_extern")));
+  // Below the leaf (a task cgroup), the job alone, or another job/user.
+  EXPECT_FALSE(cgroup_matches(p, v1_text(leaf + "/task_0", leaf)));
+  EXPECT_FALSE(cgroup_matches(p, v1_text("/slurm/uid_1000/job_7", leaf)));
+  EXPECT_FALSE(cgroup_matches(p, v1_text("/slurm/uid_1000/job_70/step_extern", leaf)));
+  EXPECT_FALSE(cgroup_matches(p, v1_text("/slurm/uid_1001/job_7/step_extern", "/slurm/uid_1001/job_7/step_extern")));
+  EXPECT_FALSE(cgroup_matches(p, v1_text("/slurm/uid_1000/job_7/step_extern_x", leaf)));
+  // Every controller: the freezer right is not enough.
+  EXPECT_FALSE(cgroup_matches(p, v1_text(leaf, "/slurm/uid_1000/job_7")));
+  EXPECT_FALSE(cgroup_matches(p, v1_text(leaf, "/")));
+  // A controller missing from the text.
+  EXPECT_FALSE(cgroup_matches(p, "11:freezer:" + leaf + "\n"));
+  EXPECT_FALSE(cgroup_matches(p, ""));
+}
+
+TEST(CgroupMatches, V1FindsAControllerInACombinedHierarchy) {
+  ContainmentPlan p = v1_plan();
+  p.controllers = {"cpuset", "memory"};
+  const std::string leaf = "/slurm/uid_1000/job_7/step_extern";
+  EXPECT_TRUE(cgroup_matches(p, "4:cpuset,cpu:" + leaf + "\n5:blkio,memory:" + leaf + "\n"));
+  EXPECT_FALSE(cgroup_matches(p, "4:cpusetx:" + leaf + "\n5:memory:" + leaf + "\n"));
+}
+
+TEST(CgroupMatches, V1WithoutControllersNeverMatches) {
+  ContainmentPlan p = v1_plan();
+  p.controllers.clear();
+  EXPECT_FALSE(cgroup_matches(p, v1_text("/slurm/uid_1000/job_7/step_extern", "/slurm/uid_1000/job_7/step_extern")));
+}
+
+TEST(CgroupMatches, V2AtOrBelowTheJobsExternStep) {
+  const ContainmentPlan p = v2_plan();
+  const std::string job = "0::/system.slice/n1_slurmstepd.scope/job_7";
+  EXPECT_TRUE(cgroup_matches(p, job + "/step_extern/slurm\n"));
+  EXPECT_TRUE(cgroup_matches(p, job + "/step_extern\n"));
+  EXPECT_TRUE(cgroup_matches(p, job + "/step_extern/user/task_0\n"));
+  EXPECT_FALSE(cgroup_matches(p, "0::/system.slice/n1_slurmstepd.scope/job_77/step_extern/slurm\n"));
+  EXPECT_FALSE(cgroup_matches(p, "0::/system.slice/n1_slurmstepd.scope/job_17/step_extern/slurm\n"));
+  EXPECT_FALSE(cgroup_matches(p, job + "/step_extern_x\n"));
+  EXPECT_FALSE(cgroup_matches(p, job + "/step_0\n"));
+  EXPECT_FALSE(cgroup_matches(p, job + "\n"));
+  EXPECT_FALSE(cgroup_matches(p, "0::/system.slice/slurmd.service\n"));
+  // Only the unified ("0::") line counts.
+  EXPECT_FALSE(cgroup_matches(p, "1:name=systemd:/system.slice/n1_slurmstepd.scope/job_7/step_extern\n0::/user.slice\n"));
+}
+
+// --- wait_daemon_contained ------------------------------------------------------------
+
+class WaitContainedTest : public ::testing::Test {
+ protected:
+  test::FakeProcReader proc;
+  test::FakeClock clock;
+  const ContainmentPlan plan = v2_plan();
+  const std::string inside = "0::/system.slice/n1_slurmstepd.scope/job_7/step_extern/slurm\n";
+  const std::string outside = "0::/system.slice/slurmd.service\n";
+  void SetUp() override { proc.add(600, 1000, 1); }
+};
+
+TEST_F(WaitContainedTest, ReturnsAtOnceWhenInside) {
+  proc.cgroups[600] = inside;
+  EXPECT_NO_THROW(wait_daemon_contained(plan, 600, proc, clock, 2000ms, "job7.n1.gpu0"));
+  EXPECT_EQ(clock.sleeps, 0);
+  EXPECT_EQ(clock.elapsed(), 0ms);
+}
+
+TEST_F(WaitContainedTest, ThrowsAfterTheTimeoutNamingTheDaemonAndTheCgroup) {
+  proc.cgroups[600] = outside;
+  std::string e = error_of([&] { wait_daemon_contained(plan, 600, proc, clock, 2000ms, "job7.n1.gpu0"); });
+  EXPECT_TRUE(has(e, "job7.n1.gpu0")) << e;
+  EXPECT_TRUE(has(e, "pid 600")) << e;
+  EXPECT_TRUE(has(e, "job_7/step_extern")) << e;
+  EXPECT_TRUE(has(e, "/system.slice/slurmd.service")) << e;
+  EXPECT_GE(clock.elapsed(), 2000ms);
+  EXPECT_LE(clock.elapsed(), 2000ms + 50ms);  // one poll step at most past the timeout
+  EXPECT_GT(proc.cgroup_calls, 3);             // it kept looking
+}
+
+TEST_F(WaitContainedTest, AGoneDaemonIsReportedAsGone) {
+  std::string e = error_of([&] { wait_daemon_contained(plan, 601, proc, clock, 300ms, "d1"); });
+  EXPECT_TRUE(has(e, "'gone'")) << e;
+}
+
+TEST_F(WaitContainedTest, V1ReportsWhereTheDaemonIs) {
+  proc.cgroups[600] = v1_text("/slurm/uid_1000/job_7/step_extern", "/slurm/uid_1000/job_7");
+  std::string e = error_of([&] { wait_daemon_contained(v1_plan(), 600, proc, clock, 300ms, "d1"); });
+  EXPECT_TRUE(has(e, "uid_1000/job_7/step_extern")) << e;
+  EXPECT_TRUE(has(e, "'/slurm/uid_1000/job_7'")) << e;
+}
+
+TEST_F(WaitContainedTest, ReturnsOnceTheMoverHasMovedIt) {
+  proc.cgroups[600] = outside;
+  proc.on_cgroup = [&](pid_t pid) {
+    if (proc.cgroup_calls == 4) proc.cgroups[pid] = inside;  // the detached mover got there
+  };
+  EXPECT_NO_THROW(wait_daemon_contained(plan, 600, proc, clock, 2000ms, "d1"));
+  EXPECT_EQ(proc.cgroup_calls, 4);
+  EXPECT_EQ(clock.sleeps, 3);
+  EXPECT_LT(clock.elapsed(), 2000ms);
+}
+
+}  // namespace
+}  // namespace unilab::mps
