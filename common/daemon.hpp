@@ -135,6 +135,11 @@ DaemonRecord read_daemon_record(RecordStore& store, const std::optional<std::str
 // environment. nullopt when no such process exists.
 std::optional<ProcessIdentity> recover_starting_identity(const DaemonRecord& record, ProcReader& proc);
 
+// How long removing one owned directory may take (as the user, see
+// remove_tree_as_owner); measured: a million files or a 100,000-level chain
+// take a few seconds (docs/bench-hostile-tree.txt).
+inline constexpr std::chrono::milliseconds kTreeRemovalTimeout{60000};
+
 // Removes the record's owned directories; returns error lines.
 std::vector<std::string> remove_owned_directories(const DaemonRecord& record);
 

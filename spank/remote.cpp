@@ -56,7 +56,8 @@ int remote_task_init(spank_t sp, int, char**) {
     SystemDeviceAccess devices;
     SystemProcReader proc;
     TaskEnvironment env =
-        compute_task_environment(job_records(store, task.job_id, task.node, uid), task, devices, proc, !batch_step);
+        compute_task_environment(job_records(store, task.job_id, task.node, uid, nullptr, state().config.run_dir), task,
+                                 devices, proc, !batch_step);
     for (const auto& [k, v] : env.set) {
       if (spank_setenv(sp, k.c_str(), v.c_str(), 1) != ESPANK_SUCCESS) {
         slurm_error("unilab-mps: cannot set %s for the task", k.c_str());
