@@ -139,8 +139,8 @@ void kill_launched(Services& s, const ProcessIdentity& id) {
   wait_gone(s, id, s.clock.now() + milliseconds(2000));
 }
 
-std::string tail_suffix(const std::string& log_directory) {
-  std::string tail = control_log_tail(log_directory, 3);
+std::string tail_suffix(const std::string& log_directory, uid_t uid) {
+  std::string tail = control_log_tail(log_directory, uid, 3);
   for (auto& c : tail) if (c == '\n') c = '|';
   return tail.empty() ? "" : fmt::format(" [control.log: {}]", tail);
 }
@@ -263,7 +263,9 @@ std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
           continue;
         }
       }
-      std::string e = remove_tree_at(p.get(), leaf);
+      // As root, what is below is removed by a child running as the
+      // record's user (safefs.hpp): the tree is the user's to change.
+      std::string e = remove_tree_as_owner(p.get(), leaf, record.uid, record.gid, kTreeRemovalTimeout);
       if (!e.empty()) errors.push_back(fmt::format("{}: {}", dir, e));
     } catch (const CudaMpsError& e) {
       if (access(dir.c_str(), F_OK) == 0) errors.push_back(fmt::format("{}: {}", dir, e.what()));
@@ -300,7 +302,7 @@ DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, c
   rec.containment = req.containment;
 
   auto abandon = [&](const std::string& why, const std::optional<ProcessIdentity>& launched) -> CudaMpsError {
-    std::string tail = tail_suffix(layout.log);
+    std::string tail = tail_suffix(layout.log, req.uid);
     if (launched) {
       kill_launched(s, *launched);
     } else if (auto found = identify_daemon(layout.pipe, req.uid, s.proc, nullptr)) {

@@ -56,19 +56,34 @@ struct JobRecordScan {
   std::vector<RecordProblem> untrusted;
 };
 
-std::string disagreement(const DaemonRecord& r, const std::string& job_id, const std::string& node, std::optional<uid_t> uid) {
+std::string disagreement(const DaemonRecord& r, const std::string& job_id, const std::string& node, std::optional<uid_t> uid,
+                         const std::optional<std::string>& run_dir) {
   if (r.job_id != job_id || !r.slurm || r.slurm->job_id != job_id) return fmt::format("it does not name job {}", job_id);
   if (r.host != node || r.slurm->node != node) return fmt::format("it names host '{}', not node {}", r.host, node);
   if (uid && r.uid != *uid) return fmt::format("it names uid {}, not the job's uid {}", r.uid, *uid);
+  if (run_dir) {
+    // The prolog lays every daemon out as run_dir/<name>/{pipe,log} and owns
+    // exactly run_dir/<name>. Anything else did not come from it, and root
+    // must never remove, or send a daemon's commands to, what it names.
+    const std::string mine = *run_dir + "/" + r.name;
+    if (r.owned_directories != std::vector<std::string>{mine}) {
+      return fmt::format("its owned_directories [{}] are not exactly {}", join(r.owned_directories, ", "), mine);
+    }
+    if (r.pipe_directory != mine + "/pipe" || r.log_directory != mine + "/log") {
+      return fmt::format("its pipe/log directories {} and {} are not {}/pipe and {}/log", r.pipe_directory, r.log_directory, mine,
+                         mine);
+    }
+  }
   return {};
 }
 
-JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, const std::string& node, std::optional<uid_t> uid) {
+JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, const std::string& node, std::optional<uid_t> uid,
+                               const std::optional<std::string>& run_dir) {
   JobRecordScan out;
   RecordListing listing = store.list(std::nullopt, std::nullopt);
   for (auto& r : listing.records) {
     if (!is_job_daemon_name(r.name, job_id, node)) continue;
-    std::string why = disagreement(r, job_id, node, uid);
+    std::string why = disagreement(r, job_id, node, uid, run_dir);
     if (why.empty()) {
       out.trusted.push_back(std::move(r));
     } else {
@@ -108,7 +123,7 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
   RecordStore store = slurm_record_store(cfg);
   JobRecordScan scan;
   try {
-    scan = scan_job_records(store, job.job_id, job.node, job.uid);
+    scan = scan_job_records(store, job.job_id, job.node, job.uid, cfg.run_dir);
   } catch (const CudaMpsError& e) {
     // An untrustworthy state dir must not be acted on, and is the admin's to fix.
     out.errors.push_back(e.what());
@@ -145,13 +160,12 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
   for (const auto& p : scan.untrusted) untrusted[p.file.substr(0, p.file.size() - ext.size())] = p.reason;
 
   std::vector<std::string> entries;
-  if (access(cfg.run_dir.c_str(), F_OK) == 0) {
-    try {
-      Fd dir = open_trusted_dir(cfg.run_dir, geteuid());
-      entries = list_dir(dir.get());
-    } catch (const CudaMpsError& e) {
-      out.errors.push_back(fmt::format("cannot look for leftovers of job {} in {}: {}", job.job_id, cfg.run_dir, e.what()));
-    }
+  try {
+    // A run dir others may write to (even sticky) could hold entries named
+    // for this job that are not the prolog's: refused, never cleaned.
+    if (Fd dir = open_trusted_dir_if_exists(cfg.run_dir, geteuid(), Leaf::kPrivate)) entries = list_dir(dir.get());
+  } catch (const CudaMpsError& e) {
+    out.errors.push_back(fmt::format("cannot look for leftovers of job {} in {}: {}", job.job_id, cfg.run_dir, e.what()));
   }
   for (const auto& name : entries) {
     if (covered.count(name) || !is_job_daemon_name(name, job.job_id, job.node)) continue;
@@ -257,8 +271,9 @@ bool is_job_daemon_name(const std::string& name, const std::string& job_id, cons
 }
 
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
-                                      std::optional<uid_t> uid, std::vector<std::string>* problems) {
-  JobRecordScan scan = scan_job_records(store, job_id, node, uid);
+                                      std::optional<uid_t> uid, std::vector<std::string>* problems,
+                                      const std::optional<std::string>& run_dir) {
+  JobRecordScan scan = scan_job_records(store, job_id, node, uid, run_dir);
   if (problems != nullptr) {
     for (const auto& p : scan.untrusted) problems->push_back(fmt::format("record {}/{} ignored: {}", store.root(), p.file, p.reason));
   }

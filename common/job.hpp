@@ -89,9 +89,11 @@ struct EpilogOutcome {
 //    pipe directory and accepted only when /proc shows it runs as the job's
 //    uid with exactly that CUDA_MPS_PIPE_DIRECTORY (the proof a "starting"
 //    record uses); then it is stopped the same way.
-// An untrusted record file is never used to signal anything; it is reported
-// (reason in the warning) and removed with the job's run-dir entry, since
-// nothing else would ever clean it.
+// A record is untrusted also when it is not the store owner's file, or
+// names directories other than run_dir/<name> (see job_records). An
+// untrusted record file is never used to signal anything and nothing it
+// names is removed; it is reported (reason in the warning) and removed with
+// the job's run-dir entry, since nothing else would ever clean it.
 EpilogOutcome run_job_epilog(Services& s, const PluginConfig& cfg, const JobContext& job);
 
 // Whether the task may open a device file (cgroup device constraint denies
@@ -137,10 +139,13 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& job_re
                                          DeviceAccess& devices, ProcReader& proc, bool require_daemon = true);
 
 // The job's trusted records on this node: named for the job and node, and
-// job id, node (host) and - when given - uid all agree. Records named for the
-// job that are corrupt or disagree are never returned; `problems` gets one
-// line for each.
+// job id, node (host) and - when given - uid all agree; with `run_dir`, its
+// owned_directories are also exactly run_dir/<name> and its pipe/log
+// directories run_dir/<name>/{pipe,log} (the epilog always checks this).
+// Records named for the job that are corrupt or disagree are never returned;
+// `problems` gets one line for each.
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
-                                      std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr);
+                                      std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr,
+                                      const std::optional<std::string>& run_dir = std::nullopt);
 
 }  // namespace unilab::mps

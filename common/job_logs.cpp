@@ -10,12 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "common/mps_control.hpp"
 #include "common/safefs.hpp"
 
 namespace unilab::mps {
 namespace {
 
-constexpr size_t kMaxTailBytes = 64 * 1024;
 constexpr size_t kMaxLineBytes = 400;
 
 std::optional<long> number(const std::optional<std::string>& v) {
@@ -24,14 +24,6 @@ std::optional<long> number(const std::optional<std::string>& v) {
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
   if (ec != std::errc() || p != v->data() + v->size()) return std::nullopt;
   return out;
-}
-
-std::string printable(std::string s) {
-  if (s.size() > kMaxLineBytes) s = s.substr(0, kMaxLineBytes) + "...";
-  for (auto& c : s) {
-    if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
-  }
-  return s;
 }
 
 }  // namespace
@@ -59,30 +51,7 @@ JobEnd job_end_from_env(const Getenv& env) {
 }
 
 std::vector<std::string> read_daemon_log_tail(const std::string& log_directory, uid_t uid, size_t lines) {
-  std::vector<std::string> out;
-  if (lines == 0 || log_directory.empty() || log_directory[0] != '/') return out;
-  Fd dir(open(log_directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat st {};
-  if (!dir || fstat(dir.get(), &st) != 0 || st.st_uid != uid) return out;
-  Fd f(openat(dir.get(), "control.log", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
-  if (!f || fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid || st.st_nlink != 1) return out;
-  off_t start = st.st_size > static_cast<off_t>(kMaxTailBytes) ? st.st_size - static_cast<off_t>(kMaxTailBytes) : 0;
-  std::string text(static_cast<size_t>(st.st_size - start), '\0');
-  ssize_t n = pread(f.get(), text.data(), text.size(), start);
-  if (n <= 0) return out;
-  text.resize(static_cast<size_t>(n));
-  std::vector<std::string> all;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    if (end > pos) all.push_back(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  if (start > 0 && !all.empty()) all.erase(all.begin());  // a partial first line
-  size_t first = all.size() > lines ? all.size() - lines : 0;
-  for (size_t i = first; i < all.size(); ++i) out.push_back(printable(all[i]));
-  return out;
+  return read_user_file_tail(log_directory, "control.log", uid, kLogTailBytes, lines, kMaxLineBytes);
 }
 
 bool log_line_shows_error(const std::string& line) {
@@ -122,7 +91,7 @@ std::vector<std::string> epilog_log_report(const PluginConfig& cfg, const JobCon
   std::vector<std::string> out;
   try {
     RecordStore store = slurm_record_store(cfg);
-    for (const auto& t : job_log_tails_to_keep(job_records(store, job.job_id, job.node, job.uid), end, lines)) {
+    for (const auto& t : job_log_tails_to_keep(job_records(store, job.job_id, job.node, job.uid, nullptr, cfg.run_dir), end, lines)) {
       out.push_back(fmt::format("job {}: MPS daemon {}: last {} line{} of {} ({}):", job.job_id, t.daemon, t.lines.size(),
                                 t.lines.size() == 1 ? "" : "s", t.log_file, t.reason));
       for (const auto& l : t.lines) out.push_back(fmt::format("job {}: {}| {}", job.job_id, t.daemon, l));

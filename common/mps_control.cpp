@@ -74,21 +74,8 @@ Command MpsControl::foreground_command(const MpsEndpoint& ep, const std::vector<
   return c;
 }
 
-std::string control_log_tail(const std::string& log_directory, size_t lines) {
-  try {
-    Fd dir(open(log_directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir) return {};
-    auto text = read_file_at(dir.get(), "control.log", 4 << 20);
-    if (!text) return {};
-    size_t pos = text->size();
-    if (pos > 0 && (*text)[pos - 1] == '\n') --pos;
-    for (size_t n = 0; n < lines && pos != std::string::npos && pos > 0; ++n) {
-      pos = text->rfind('\n', pos - 1);
-    }
-    return pos == std::string::npos || pos == 0 ? *text : text->substr(pos + 1);
-  } catch (const CudaMpsError&) {
-    return {};
-  }
+std::string control_log_tail(const std::string& log_directory, uid_t uid, size_t lines) {
+  return join(read_user_file_tail(log_directory, "control.log", uid, kLogTailBytes, lines), "\n");
 }
 
 }  // namespace unilab::mps

@@ -19,6 +19,8 @@ inline constexpr const char* kDefaultLogDirectory = "/var/log/nvidia-mps";
 inline constexpr const char* kPidFileName = "nvidia-cuda-mps-control.pid";
 // sun_path is 108 bytes including the terminating NUL.
 inline constexpr size_t kMaxUnixSocketPath = 107;
+// The most of a user's control.log root ever reads (its end).
+inline constexpr size_t kLogTailBytes = 64 * 1024;
 
 struct MpsEndpoint {
   std::string pipe_directory;
@@ -60,8 +62,10 @@ class MpsControl {
   std::string path_;
 };
 
-// The last `lines` lines of `<log dir>/control.log`, best effort (for
-// diagnostics when a start fails).
-std::string control_log_tail(const std::string& log_directory, size_t lines);
+// The last `lines` lines of `<log dir>/control.log`, joined by newlines, best
+// effort (for diagnostics when a start fails). Read as read_user_file_tail
+// does: only a file (and directory) owned by `uid`, the daemon's user, with
+// control characters escaped. Empty when missing or refused.
+std::string control_log_tail(const std::string& log_directory, uid_t uid, size_t lines);
 
 }  // namespace unilab::mps

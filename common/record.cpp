@@ -220,14 +220,15 @@ void RecordStore::write(const DaemonRecord& record) {
 
 std::optional<DaemonRecord> RecordStore::read(const std::string& name) {
   if (!is_safe_name(name)) throw CudaMpsError(fmt::format("'{}' is not a valid daemon name", name));
-  Fd dir;
+  Fd dir = open_trusted_dir_if_exists(root_, owner_, Leaf::kPrivate);
+  if (!dir) return std::nullopt;
+  std::optional<std::string> text;
   try {
-    dir = open_trusted_dir(root_, owner_);
-  } catch (const CudaMpsError&) {
-    if (access(root_.c_str(), F_OK) != 0) return std::nullopt;
-    throw;
+    text = read_owned_file_at(dir.get(), record_file_name(name), owner_);
+  } catch (const CudaMpsError& e) {
+    throw CudaMpsError(fmt::format("record {}/{} is not trusted ({}); inspect it, then remove it", root_,
+                                   record_file_name(name), e.what()));
   }
-  auto text = read_file_at(dir.get(), record_file_name(name));
   if (!text) return std::nullopt;
   try {
     return DaemonRecord::from_json(nlohmann::json::parse(*text));
@@ -242,12 +243,12 @@ std::optional<DaemonRecord> RecordStore::read(const std::string& name) {
 
 RecordListing RecordStore::list(std::optional<uid_t> uid, std::optional<std::string> host) {
   RecordListing out;
-  if (access(root_.c_str(), F_OK) != 0) return out;
-  Fd dir = open_trusted_dir(root_, owner_);
+  Fd dir = open_trusted_dir_if_exists(root_, owner_, Leaf::kPrivate);
+  if (!dir) return out;
   for (const auto& file : list_dir(dir.get())) {
     if (file.starts_with(".") || !file.ends_with(".json")) continue;  // temp files of an atomic write
     try {
-      auto text = read_file_at(dir.get(), file);
+      auto text = read_owned_file_at(dir.get(), file, owner_);
       if (!text) continue;  // removed meanwhile
       DaemonRecord r = DaemonRecord::from_json(nlohmann::json::parse(*text));
       if (record_file_name(r.name) != file) throw CudaMpsError(fmt::format("its name '{}' does not match the file name", r.name));
@@ -268,8 +269,8 @@ RecordListing RecordStore::list(std::optional<uid_t> uid, std::optional<std::str
 void RecordStore::remove(const std::string& name) { remove_file(record_file_name(name)); }
 
 void RecordStore::remove_file(const std::string& file) {
-  if (access(root_.c_str(), F_OK) != 0) return;
-  Fd dir = open_trusted_dir(root_, owner_);
+  Fd dir = open_trusted_dir_if_exists(root_, owner_, Leaf::kPrivate);
+  if (!dir) return;
   if (unlinkat(dir.get(), file.c_str(), 0) != 0 && errno != ENOENT) {
     throw CudaMpsError(fmt::format("cannot remove record {}/{}: {}", root_, file, std::strerror(errno)));
   }

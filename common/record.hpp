@@ -105,7 +105,12 @@ struct RecordListing {
 
 // One file per daemon, `<name>.json`, in a records directory that must be
 // owned by `owner` (root for Slurm, the user for the CLI) and not writable by
-// others. Files are written atomically and read without following symlinks.
+// group or others, not even as a sticky directory (there any user could
+// plant a record under a free name). Files are written atomically and read
+// without following symlinks; a record file not owned by `owner`, or
+// writable by group or others, is refused (a problem, never a record).
+// A store that does not exist reads as empty, decided on the open's own
+// errno (prologs that create it concurrently never see a stale error).
 class RecordStore {
  public:
   RecordStore(std::string root, uid_t owner, gid_t owner_gid, mode_t dir_mode, mode_t file_mode);

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ struct CommandResult {
   int exit_code = -1;       // valid when exited normally
   int term_signal = 0;      // non-zero when killed by a signal
   bool timed_out = false;   // killed by us after `timeout`
+  bool abandoned = false;   // timed out and still not gone kill_grace after SIGKILL: left behind, not waited for
+  pid_t pid = 0;            // the child's pid (named when abandoned)
   std::string exec_error;   // non-empty when the program could not be started
   std::string out;
   std::string err;
@@ -49,11 +52,41 @@ class CommandRunner {
   virtual CommandResult run(const Command& command) = 0;
 };
 
+// How long a child gets to disappear after SIGKILL before it is reported and
+// abandoned: one in uninterruptible sleep (a hung filesystem, a stuck
+// driver call) never does, and the prolog/epilog must not wait for it forever.
+inline constexpr std::chrono::milliseconds kKillGrace{2000};
+
+struct ChildWait {
+  bool reaped = false;  // false: still there at the deadline
+  bool lost = false;    // reaped by someone else (SIGCHLD ignored by the host process): no status
+  int status = 0;       // waitpid status when reaped
+};
+// Waits for our child `pid` until `deadline` and never longer (pidfd poll,
+// else short WNOHANG polls).
+ChildWait wait_child_until(pid_t pid, std::chrono::steady_clock::time_point deadline);
+
+struct RunnerOptions {
+  std::chrono::milliseconds kill_grace = kKillGrace;
+  // Test seam: how a killed child is waited for (default wait_child_until).
+  std::function<ChildWait(pid_t, std::chrono::steady_clock::time_point)> wait_until;
+};
+
 // The real runner: fork + execve. Output is collected until the child exits;
-// whatever a daemonizing child leaves open does not keep us waiting.
+// whatever a daemonizing child leaves open does not keep us waiting. Every
+// wait has a deadline: `timeout` for the whole run (exec included), then
+// SIGKILL to the child's process group and at most kill_grace more; a child
+// still there is reported (abandoned) rather than waited for. A child that
+// exits without reading its stdin is no error (SIGPIPE is caught on this
+// thread only, see runner.cpp).
 class SystemRunner final : public CommandRunner {
  public:
+  SystemRunner() = default;
+  explicit SystemRunner(RunnerOptions options) : options_(std::move(options)) {}
   CommandResult run(const Command& command) override;
+
+ private:
+  RunnerOptions options_;
 };
 
 // Replaces the current process image (for `--foreground`): same hygiene as

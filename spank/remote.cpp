@@ -57,7 +57,8 @@ int remote_task_init(spank_t sp, int, char**) {
     SystemDeviceAccess devices;
     SystemProcReader proc;
     TaskEnvironment env =
-        compute_task_environment(job_records(store, task.job_id, task.node, uid), task, devices, proc, !batch_step);
+        compute_task_environment(job_records(store, task.job_id, task.node, uid, nullptr, state().config.run_dir), task,
+                                 devices, proc, !batch_step);
     if (!env.daemon_name.empty() && env.containment) {
       // The prolog's mover puts the daemon into the job's cgroup once Slurm
       // creates it: no client (and so no MPS server) before that.

@@ -184,8 +184,10 @@ TEST_F(DaemonTest, LaunchFailureCarriesTheDaemonsStderrAndCleansUp) {
 TEST_F(DaemonTest, ControlLogTailIsAddedToTheError) {
   d.host.launch_failures[1] = test::exited(1);
   d.host.on_launch = [&](const Command& c) {
-    test::write_text(*test::env_value(c, "CUDA_MPS_LOG_DIRECTORY") + "/control.log",
-                     "[2024] line one\n[2024] line two\n[2024] CUDA driver not found\n");
+    const std::string log = *test::env_value(c, "CUDA_MPS_LOG_DIRECTORY") + "/control.log";
+    test::write_text(log, "[2024] line one\n[2024] line two\n[2024] CUDA driver not found\n");
+    // The daemon writes it as its user (the tail is read only from that user's file).
+    ASSERT_EQ(lchown(log.c_str(), daemon_uid(), daemon_gid()), 0);
   };
   std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
   EXPECT_NE(e.find("CUDA driver not found"), std::string::npos) << e;

@@ -64,7 +64,7 @@ TEST_F(LogTailTest, LastLinesPrintable) {
   ASSERT_EQ(tail.size(), 3u);
   EXPECT_EQ(tail[0], "line 29");
   EXPECT_EQ(tail[1], "line 30");
-  EXPECT_EQ(tail[2], "evil ?[2J?");
+  EXPECT_EQ(tail[2], "evil \\x1b[2J");  // escaped, never copied raw into the slurmd log
 }
 
 TEST_F(LogTailTest, RefusesWhatTheDaemonUserDidNotWrite) {

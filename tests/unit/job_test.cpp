@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/errors.hpp"
+#include "common/gpu.hpp"
 #include "common/topology.hpp"
 #include "tests/unit/doubles.hpp"
 
@@ -557,6 +558,84 @@ TEST_F(PrologTest, EpilogRefusesAnUntrustedStateDir) {
   EXPECT_FALSE(out.ok());
   EXPECT_TRUE(out.stopped.empty());
   EXPECT_TRUE(d.proc.alive(mine[0].pid));
+}
+
+// Issue #10 (b): a record naming another directory than run_dir/<name> is
+// reported and nothing it names is removed or signalled, even when the file
+// itself passes (root's, 0644) and every other field agrees.
+TEST_F(PrologTest, EpilogNeverRemovesOrSignalsWhatAForeignOwnedDirectoryRecordNames) {
+  auto mine = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  ASSERT_EQ(mine.size(), 2u);
+  test::make_dir(tmp / "rootdir", 0755);
+  test::write_text(tmp / "rootdir/precious", "root's");
+  DaemonRecord planted = mine[0];
+  planted.owned_directories = {tmp / "rootdir"};
+  test::write_text(cfg.state_dir + "/" + planted.name + ".json", planted.to_json().dump(), 0644);
+  DaemonRecord piped = mine[1];
+  piped.pipe_directory = tmp / "rootdir";
+  test::write_text(cfg.state_dir + "/" + piped.name + ".json", piped.to_json().dump(), 0644);
+  const size_t signals_before = d.signaller.requests.size();
+
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_EQ(test::read_text(tmp / "rootdir/precious"), "root's");
+  std::string all = join(out.warnings, "\n");
+  EXPECT_NE(all.find("owned_directories [" + tmp.path() + "/rootdir] are not exactly " + cfg.run_dir + "/" + planted.name),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("pipe/log directories " + tmp.path() + "/rootdir"), std::string::npos) << all;
+  // The daemons were found the prolog's way (run-dir entry, pid file + /proc), never through the planted records.
+  for (const auto& [pid, sig] : d.signaller.requests) {
+    (void)sig;
+    EXPECT_TRUE(pid == mine[0].pid || pid == mine[1].pid) << pid;
+  }
+  (void)signals_before;
+  EXPECT_TRUE(record_files().empty());
+  EXPECT_TRUE(run_entries().empty());
+}
+
+// Issue #10 (b): a user's own file in the state dir is never a record.
+TEST_F(PrologTest, EpilogIgnoresARecordFileTheUserOwns) {
+  run_job_prolog(d.services, cfg, job, JobRequest{});
+  test::make_dir(tmp / "rootdir", 0755);
+  test::write_text(tmp / "rootdir/precious", "root's");
+  DaemonRecord planted = job_records(*std::make_unique<RecordStore>(slurm_record_store(cfg)), "1234", "n1", job.uid)[0];
+  planted.name = "job1234.n1.gpu3";
+  planted.owned_directories = {tmp / "rootdir"};
+  const std::string file = cfg.state_dir + "/job1234.n1.gpu3.json";
+  test::write_text(file, planted.to_json().dump(), 0644);
+  ASSERT_EQ(chown(file.c_str(), job.uid, job.gid), 0);
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_EQ(test::read_text(tmp / "rootdir/precious"), "root's");
+  std::string all = join(out.warnings, "\n");
+  EXPECT_NE(all.find("owned by uid 65534, not uid 0"), std::string::npos) << all;
+  // Group-writable (a root file anyone in the group could have rewritten): refused too.
+  test::write_text(file, planted.to_json().dump(), 0664);
+  ASSERT_EQ(chown(file.c_str(), 0, 0), 0);
+  out = run_job_epilog(d.services, cfg, job);
+  EXPECT_NE(join(out.warnings, "\n").find("writable by group or others"), std::string::npos) << join(out.warnings, "\n");
+  EXPECT_EQ(test::read_text(tmp / "rootdir/precious"), "root's");
+}
+
+// Issue #10 (b): `state_dir=` or `run_dir=` made 1777 (root-owned, sticky):
+// refused with the reason, nothing acted on.
+TEST_F(PrologTest, AStickyWorldWritableStateOrRunDirIsRefused) {
+  auto mine = run_job_prolog(d.services, cfg, job, JobRequest{}).started;
+  ASSERT_EQ(chmod(cfg.state_dir.c_str(), 01777), 0);
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_FALSE(out.ok());
+  ASSERT_FALSE(out.errors.empty());
+  EXPECT_NE(out.errors[0].find("sticky is not enough"), std::string::npos) << out.errors[0];
+  EXPECT_TRUE(out.stopped.empty());
+  EXPECT_TRUE(d.proc.alive(mine[0].pid));
+  EXPECT_THROW(run_job_prolog(d.services, cfg, context("55", "n1", "1"), JobRequest{}), CudaMpsError);
+
+  ASSERT_EQ(chmod(cfg.state_dir.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(cfg.run_dir.c_str(), 01777), 0);
+  out = run_job_epilog(d.services, cfg, job);
+  EXPECT_FALSE(out.ok());
+  EXPECT_NE(join(out.errors, "\n").find(cfg.run_dir), std::string::npos) << join(out.errors, "\n");
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, context("56", "n1", "1"), JobRequest{}); });
+  EXPECT_NE(e.find("sticky is not enough"), std::string::npos) << e;
 }
 
 }  // namespace

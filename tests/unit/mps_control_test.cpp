@@ -115,18 +115,39 @@ TEST(MpsControl, LaunchAndForegroundCommands) {
 
 TEST(ControlLogTail, LastLinesBestEffort) {
   TempDir tmp;
-  EXPECT_EQ(control_log_tail(tmp.path(), 3), "");  // no log
-  EXPECT_EQ(control_log_tail(tmp / "missing", 3), "");
+  const uid_t me = geteuid();
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 3), "");  // no log
+  EXPECT_EQ(control_log_tail(tmp / "missing", me, 3), "");
   test::write_text(tmp / "control.log", "one\ntwo\nthree\nfour\n");
-  EXPECT_EQ(control_log_tail(tmp.path(), 2), "three\nfour\n");
-  EXPECT_EQ(control_log_tail(tmp.path(), 10), "one\ntwo\nthree\nfour\n");
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 2), "three\nfour");
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 10), "one\ntwo\nthree\nfour");
   test::write_text(tmp / "control.log", "single line without newline");
-  EXPECT_EQ(control_log_tail(tmp.path(), 3), "single line without newline");
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 3), "single line without newline");
   // A symlinked log is not followed.
   unlink((tmp / "control.log").c_str());
   test::write_text(tmp / "secret", "do not show\n");
   ASSERT_EQ(symlink((tmp / "secret").c_str(), (tmp / "control.log").c_str()), 0);
-  EXPECT_EQ(control_log_tail(tmp.path(), 3), "");
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 3), "");
+}
+
+// Issue #10 (e): the log of an abandoned start is read as root through the
+// same hardened reader as the epilog's copies.
+TEST(ControlLogTail, OnlyTheDaemonUsersSingleLinkedFileTailOnlyEscaped) {
+  TempDir tmp;
+  const uid_t me = geteuid();
+  test::write_text(tmp / "control.log", "ok\n");
+  EXPECT_EQ(control_log_tail(tmp.path(), me + 1, 3), "");  // not the daemon user's directory/file
+  // A hard link to a file the user could not read.
+  unlink((tmp / "control.log").c_str());
+  test::write_text(tmp / "secret", "root only\n", 0600);
+  ASSERT_EQ(link((tmp / "secret").c_str(), (tmp / "control.log").c_str()), 0);
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 3), "");
+  unlink((tmp / "control.log").c_str());
+  // Control characters cannot reach the slurmd log; only the end of a huge log is read.
+  std::string big(8u << 20, 'x');
+  big += "\nbell\x07 and escape \x1b[31mred\n";
+  test::write_text(tmp / "control.log", big);
+  EXPECT_EQ(control_log_tail(tmp.path(), me, 3), "bell\\x07 and escape \\x1b[31mred");
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
+#include <mutex>
+#include <thread>
 
 #include "common/errors.hpp"
 #include "tests/unit/doubles.hpp"
@@ -394,9 +397,61 @@ TEST_F(RecordStoreTest, RootOwnedByAnotherUserIsRefused) {
   EXPECT_NE(e.find("65534"), std::string::npos) << e;
   EXPECT_THROW(s.read("a"), CudaMpsError);
   EXPECT_THROW(s.write(rec("b", 1000, "h1")), CudaMpsError);
-  // A user-owned store (the CLI's) trusts its user.
+  // A user-owned store (the CLI's) trusts its user, and that user's files.
   RecordStore theirs(root(), test::kOtherUid, test::kOtherGid, 0700, 0600);
+  EXPECT_EQ(theirs.list(std::nullopt, std::nullopt).problems.size(), 1u);  // still root's file
+  ASSERT_EQ(chown((root() + "/a.json").c_str(), test::kOtherUid, test::kOtherGid), 0);
   EXPECT_EQ(theirs.list(std::nullopt, std::nullopt).records.size(), 1u);
+}
+
+// Issue #12: prologs started together on a state dir that does not exist
+// yet. A reader whose open fails just before another prolog creates the
+// directory must see "absent" (or the record), never a stale "cannot open".
+TEST_F(RecordStoreTest, ConcurrentFirstUseNeverReportsAStaleMissingStore) {
+  std::vector<std::string> errors;
+  std::mutex m;
+  for (int round = 0; round < 80 && errors.empty(); ++round) {  // the old code failed within ~30
+    std::string r = tmp / ("race" + std::to_string(round)) + "/records";
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    auto start = [&] {
+      ++ready;
+      while (!go) std::this_thread::yield();
+    };
+    auto reader = [&] {
+      RecordStore s(r, geteuid(), getegid(), 0700, 0600);
+      start();
+      for (int i = 0; i < 200; ++i) {
+        try {
+          s.read("a");
+          s.list(std::nullopt, std::nullopt);
+          s.remove_file("gone.json");
+        } catch (const CudaMpsError& e) {
+          std::lock_guard<std::mutex> lock(m);
+          errors.push_back(e.what());
+          return;
+        }
+      }
+    };
+    auto writer = [&] {
+      RecordStore s(r, geteuid(), getegid(), 0700, 0600);
+      start();
+      for (int i = 0; i < 3000; ++i) std::this_thread::yield();  // let the readers fail to open first
+      try {
+        s.write(rec("a", 1000, "h1"));
+      } catch (const CudaMpsError& e) {
+        std::lock_guard<std::mutex> lock(m);
+        errors.push_back(std::string("writer: ") + e.what());
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i) threads.emplace_back(reader);
+    for (int i = 0; i < 2; ++i) threads.emplace_back(writer);
+    while (ready < 5) std::this_thread::yield();
+    go = true;
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_TRUE(errors.empty()) << errors.size() << " error(s), first: " << errors.front();
 }
 
 TEST(RecordFileName, AppendsJson) { EXPECT_EQ(record_file_name("gpu-1"), "gpu-1.json"); }

@@ -1,11 +1,20 @@
 #include "common/runner.hpp"
 
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
 
 #include "tests/unit/doubles.hpp"
 
@@ -134,6 +143,216 @@ TEST(SystemRunner, DropsToTheRequestedUserWhenRoot) {
   EXPECT_EQ(gid, "65534");
   EXPECT_EQ(groups.find(" 0"), std::string::npos) << "root's groups leaked: " << groups;
   EXPECT_NE(groups.rfind("0", 0), 0u) << groups;
+}
+
+// Issue #10 (c): a tool that exits before reading its stdin must not kill us
+// with SIGPIPE (the old runner died in 64 of 100 runs with /bin/true).
+TEST(SystemRunner, AChildThatDoesNotReadItsStdinIsHarmless) {
+  SystemRunner r;
+  Command c;
+  c.argv = {"/bin/true"};
+  c.stdin_data = std::string(1 << 20, 'q');  // far more than a pipe holds
+  for (int i = 0; i < 100; ++i) {
+    CommandResult res = r.run(c);
+    ASSERT_TRUE(res.ok()) << "run " << i << ": " << res.describe();
+  }
+  // SIGPIPE is still what it was for the process: not ignored, not pending, not blocked.
+  struct sigaction sa {};
+  sigaction(SIGPIPE, nullptr, &sa);
+  EXPECT_EQ(sa.sa_handler, SIG_DFL);
+  sigset_t pending, mask;
+  sigpending(&pending);
+  EXPECT_FALSE(sigismember(&pending, SIGPIPE));
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  EXPECT_FALSE(sigismember(&mask, SIGPIPE));
+}
+
+// Issue #10 (c): after the kill, the wait is bounded too; a child that never
+// goes away (uninterruptible sleep, simulated through the wait seam) is
+// reported and abandoned.
+TEST(SystemRunner, AChildThatNeverDiesIsAbandonedNotWaitedFor) {
+  std::vector<pid_t> waited;
+  RunnerOptions o;
+  o.kill_grace = 300ms;
+  o.wait_until = [&](pid_t pid, std::chrono::steady_clock::time_point deadline) {
+    waited.push_back(pid);
+    std::this_thread::sleep_until(deadline);
+    return ChildWait{};  // still there
+  };
+  SystemRunner r(o);
+  Command c = sh("sleep 30");
+  c.timeout = 200ms;
+  auto start = std::chrono::steady_clock::now();
+  CommandResult res = r.run(c);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 2s);
+  EXPECT_GE(took, 450ms);
+  EXPECT_TRUE(res.timed_out);
+  EXPECT_TRUE(res.abandoned);
+  EXPECT_FALSE(res.ok());
+  ASSERT_EQ(waited.size(), 1u);
+  EXPECT_EQ(waited[0], res.pid);
+  EXPECT_NE(res.describe().find("abandoned"), std::string::npos) << res.describe();
+  EXPECT_NE(res.describe().find(std::to_string(res.pid)), std::string::npos) << res.describe();
+  int st = 0;
+  EXPECT_EQ(waitpid(res.pid, &st, 0), res.pid);  // the real one was SIGKILLed: reap it here
+}
+
+TEST(WaitChildUntil, ReturnsAtTheDeadlineOrWithTheStatus) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    pause();
+    _exit(0);
+  }
+  auto start = std::chrono::steady_clock::now();
+  ChildWait w = wait_child_until(pid, start + 200ms);
+  EXPECT_FALSE(w.reaped);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 190ms);
+  kill(pid, SIGKILL);
+  w = wait_child_until(pid, std::chrono::steady_clock::now() + 5s);
+  EXPECT_TRUE(w.reaped);
+  EXPECT_TRUE(WIFSIGNALED(w.status));
+}
+
+namespace {
+
+struct ToolState {
+  std::string umask, cwd, oom;
+  std::map<std::string, std::pair<std::string, std::string>> limits;  // name -> soft, hard
+  bool own_session = false;
+};
+
+// What the script below prints, parsed.
+ToolState parse_state(const std::string& out) {
+  ToolState t;
+  std::istringstream in(out);
+  std::string pid;
+  std::getline(in, t.umask);
+  std::getline(in, t.cwd);
+  std::getline(in, t.oom);
+  std::getline(in, pid);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("STAT ", 0) == 0) {
+      std::string rest = line.substr(line.rfind(')') + 2);
+      std::istringstream f(rest);
+      std::string state, ppid, pgrp, session;
+      f >> state >> ppid >> pgrp >> session;
+      t.own_session = session == pid;
+      continue;
+    }
+    for (const char* name : {"Max open files", "Max core file size", "Max stack size", "Max address space"}) {
+      if (line.rfind(name, 0) == 0) {
+        std::istringstream f(line.substr(std::strlen(name)));
+        std::string soft, hard;
+        f >> soft >> hard;
+        t.limits[name] = {soft, hard};
+      }
+    }
+  }
+  return t;
+}
+
+const char* kStateScript = "umask; pwd; cat /proc/self/oom_score_adj; echo $$; cat /proc/self/limits; "
+                           "echo STAT $(cat /proc/$$/stat)";
+
+// Gives this process slurmd-like state for a scope: oom_score_adj -1000,
+// a small fd limit, unlimited core and stack, umask 022, a cwd elsewhere.
+class SlurmdLikeState {
+ public:
+  explicit SlurmdLikeState(const std::string& cwd) {
+    old_oom_ = test::read_text("/proc/self/oom_score_adj");
+    // slurmd's -1000 needs CAP_SYS_RESOURCE (a container's root may lack
+    // it); any other inherited value must be reset as well.
+    if (!set_oom("-1000")) set_oom("500");
+    for (int r : {RLIMIT_NOFILE, RLIMIT_CORE, RLIMIT_STACK, RLIMIT_AS}) getrlimit(r, &old_[r]);
+    rlimit l {1024, old_[RLIMIT_NOFILE].rlim_max};
+    setrlimit(RLIMIT_NOFILE, &l);
+    l = {RLIM_INFINITY, RLIM_INFINITY};
+    setrlimit(RLIMIT_CORE, &l);
+    setrlimit(RLIMIT_STACK, &l);
+    l = {64ull << 30, old_[RLIMIT_AS].rlim_max};
+    setrlimit(RLIMIT_AS, &l);
+    old_umask_ = umask(022);
+    old_cwd_ = std::filesystem::current_path();
+    std::filesystem::current_path(cwd);
+  }
+  static bool set_oom(const char* v) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write(fd, v, std::strlen(v)) == static_cast<ssize_t>(std::strlen(v));
+    if (fd >= 0) close(fd);
+    return ok;
+  }
+  ~SlurmdLikeState() {
+    set_oom(old_oom_.substr(0, old_oom_.find('\n')).c_str());
+    for (auto& [r, l] : old_) setrlimit(r, &l);
+    umask(old_umask_);
+    std::filesystem::current_path(old_cwd_);
+  }
+
+ private:
+  std::string old_oom_;
+  std::map<int, rlimit> old_;
+  mode_t old_umask_ = 0;
+  std::filesystem::path old_cwd_;
+};
+
+void expect_user_tool_state(const ToolState& t, bool own_session) {
+  EXPECT_EQ(t.umask, "0077");
+  EXPECT_EQ(t.cwd, "/");
+  EXPECT_EQ(t.oom, "0");
+  EXPECT_EQ(t.own_session, own_session);
+  EXPECT_EQ(t.limits.at("Max open files").first, "16384");
+  EXPECT_EQ(t.limits.at("Max core file size").first, "0");
+  EXPECT_EQ(t.limits.at("Max stack size").first, "8388608");
+  EXPECT_EQ(t.limits.at("Max address space").first, "unlimited");
+  EXPECT_EQ(t.limits.at("Max address space").second, "unlimited");
+}
+
+}  // namespace
+
+// Issue #10 (d): a tool run as the job's user starts clean, not with
+// slurmd's process state.
+TEST(SystemRunner, AToolRunAsTheUserGetsACleanProcessState) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials, oom_score_adj -1000, raising limits back";
+  test::TempDir tmp;
+  SystemRunner r;
+  Command c = sh(kStateScript);
+  c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+  CommandResult res;
+  {
+    SlurmdLikeState slurmd(tmp.path());
+    res = r.run(c);
+  }
+  ASSERT_TRUE(res.ok()) << res.describe() << res.err;
+  expect_user_tool_state(parse_state(res.out), true);
+}
+
+TEST(ExecReplace, DropsAndResetsLikeTheRunnerButKeepsTheTerminalSession) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials, oom_score_adj -1000, raising limits back";
+  test::TempDir tmp;
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(out[0]);
+    dup2(out[1], 1);
+    SlurmdLikeState slurmd(tmp.path());
+    Command c = sh(kStateScript);
+    c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+    std::string e = exec_replace(c);
+    std::fprintf(stderr, "%s\n", e.c_str());
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  close(out[0]);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
+  expect_user_tool_state(parse_state(text), false);
 }
 
 TEST(CommandResult, FirstOutputLinePrefersStderrAndSkipsBlankLines) {
