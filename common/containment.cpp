@@ -30,7 +30,12 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool yes(const std::optional<std::string>& v) { return v && (lower(*v) == "yes" || lower(*v) == "true"); }
+// Slurm's booleans (s_p_handle_boolean): yes, up or 1, in any case.
+bool yes(const std::optional<std::string>& v) {
+  if (!v) return false;
+  const std::string l = lower(*v);
+  return l == "yes" || l == "up" || l == "1" || l == "true";
+}
 
 // Slurm's flag lists are comma separated and case-insensitive.
 bool has_flag(const std::optional<std::string>& list, const std::string& flag) {

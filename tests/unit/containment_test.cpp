@@ -96,6 +96,19 @@ TEST_F(CgroupSiteTest, CgroupConfKeys) {
   EXPECT_FALSE(s.constrain_cores);
 }
 
+TEST_F(CgroupSiteTest, BooleansAreSlurmsYesUpOrOne) {
+  // Slurm's parser (s_p_handle_boolean) takes yes, up and 1 in any case as true.
+  for (const char* v : {"yes", "YES", "Up", "1", "true"}) {
+    CgroupSite s = site("", std::string("ConstrainDevices=") + v + "\nConstrainRAMSpace=" + v + "\nConstrainCores=" + v + "\n");
+    EXPECT_TRUE(s.constrain_devices) << v;
+    EXPECT_TRUE(s.constrain_ram) << v;
+    EXPECT_TRUE(s.constrain_cores) << v;
+  }
+  for (const char* v : {"no", "0", "down", "NO"}) {
+    EXPECT_FALSE(site("", std::string("ConstrainDevices=") + v + "\n").constrain_devices) << v;
+  }
+}
+
 TEST_F(CgroupSiteTest, MissingCgroupConfMeansSlurmsDefaults) {
   CgroupSite s = site("PrologFlags=Contain\nProctrackType=proctrack/cgroup\n");
   EXPECT_TRUE(s.prolog_contain);
