@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <variant>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -606,21 +607,32 @@ std::string remove_emptied(int dir_fd, const std::string& name, EmptyIt empty_it
   }
 }
 
-}  // namespace
-
-std::string remove_tree_at(int dir_fd, const std::string& name) {
+// The first step of both removals: a name that is gone is done, one that is
+// not a directory is unlinked (a single name in a directory root trusts:
+// unlinking it follows nothing), a directory is opened without following a
+// link. Returns the opened top directory, or the outcome ("" = done).
+std::variant<Fd, std::string> open_tree_top(int dir_fd, const std::string& name) {
   struct stat st {};
   if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return errno == ENOENT ? "" : fmt::format("cannot stat {}: {}", name, std::strerror(errno));
+    return errno == ENOENT ? std::string() : fmt::format("cannot stat {}: {}", name, std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) {
     if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
       return fmt::format("cannot remove {}: {}", name, std::strerror(errno));
     }
-    return "";
+    return std::string();
   }
   Fd top(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-  if (!top) return errno == ENOENT ? "" : fmt::format("cannot open {}: {}", name, std::strerror(errno));
+  if (!top) return errno == ENOENT ? std::string() : fmt::format("cannot open {}: {}", name, std::strerror(errno));
+  return top;
+}
+
+}  // namespace
+
+std::string remove_tree_at(int dir_fd, const std::string& name) {
+  auto opened = open_tree_top(dir_fd, name);
+  if (auto* outcome = std::get_if<std::string>(&opened)) return *outcome;
+  Fd top = std::move(std::get<Fd>(opened));
   auto scratch = std::make_unique<Scratch>();
   scratch->raw.chmod_on_eacces = geteuid() != 0;
   return remove_emptied(dir_fd, name, [&]() -> std::string {
@@ -666,19 +678,10 @@ namespace {
 
 std::string remove_tree_as_owner(int dir_fd, const std::string& name, uid_t uid, gid_t gid, std::chrono::milliseconds timeout) {
   if (geteuid() != 0 || uid == 0) return remove_tree_at(dir_fd, name);
+  auto opened = open_tree_top(dir_fd, name);
+  if (auto* outcome = std::get_if<std::string>(&opened)) return *outcome;
+  Fd top = std::move(std::get<Fd>(opened));
   struct stat st {};
-  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return errno == ENOENT ? "" : fmt::format("cannot stat {}: {}", name, std::strerror(errno));
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    // A single name in a directory root trusts: unlinking it follows nothing.
-    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-      return fmt::format("cannot remove {}: {}", name, std::strerror(errno));
-    }
-    return "";
-  }
-  Fd top(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-  if (!top) return errno == ENOENT ? "" : fmt::format("cannot open {}: {}", name, std::strerror(errno));
   if (fstat(top.get(), &st) != 0) return fmt::format("cannot stat {}: {}", name, std::strerror(errno));
   if (st.st_uid != uid) {
     return fmt::format("refusing to remove {}: owned by uid {}, not the daemon's uid {}; left in place", name, st.st_uid, uid);

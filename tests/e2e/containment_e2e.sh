@@ -91,6 +91,14 @@ wait_for() {
     sleep 0.2
   done
 }
+# After JOB: its daemon DPID, the server SPID, every MPS process on its pipe
+# dirs, its dirs and its records are gone.
+expect_tree_gone() {
+  check_not "daemon pid $DPID is gone" proc_running "$DPID"
+  check_not "server pid ${1:-?} is gone" proc_running "${1:-0}"
+  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
+  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+}
 record_running() { [ -f "$1" ] && grep -q '"state": "running"' "$1"; }
 has_child() { [ -n "$(children_of "$1")" ]; }
 
@@ -177,15 +185,12 @@ cgroup_part() {
   expect_eq "open files soft limit (NVIDIA: 16384 for the MPS server)" 16384 "${nofile%/*}"
   check "open files hard limit at least the soft one" bash -c '[[ $1 == unlimited || $1 -ge 16384 ]]' _ "${nofile#*/}"
   expect_eq "oom_score_adj" 0 "$oom"
-  case_end "umask=$umask cwd=$cwd nofile=$nofile oom_score_adj=$oom"
+  case_end "umask=$umask cwd=$cwd open-files soft=${nofile%/*} oom_score_adj=$oom"
 
   case_begin contain.reaped "scancel: no process of the daemon's tree, dir or record is left"
   as_user unimps1 scancel "$JOB"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
-  check_not "daemon pid $DPID is gone" proc_running "$DPID"
-  check_not "server pid $spid is gone" proc_running "${spid:-0}"
-  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
-  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+  expect_tree_gone "$spid"
   case_end "daemon and server gone after scancel"
 
   case_begin contain.reaped-stubborn "a daemon that ignores quit and leaves its servers on SIGTERM still leaves nothing"
@@ -196,10 +201,7 @@ cgroup_part() {
   spid=$(children_of "$DPID" | head -n1)
   as_user unimps1 scancel "$JOB"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
-  check_not "daemon pid $DPID is gone" proc_running "$DPID"
-  check_not "server pid $spid is gone" proc_running "${spid:-0}"
-  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
-  expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
+  expect_tree_gone "$spid"
   fake_conf
   case_end "daemon and orphaned server gone"
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
