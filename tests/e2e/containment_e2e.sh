@@ -367,7 +367,7 @@ helpers_part() {
 }
 
 for part in "${parts[@]}"; do
-  echo "== part: $part"
+  echo "== $part"
   case $part in
     helpers) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 8)); helpers_part ;;
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;

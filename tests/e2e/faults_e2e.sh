@@ -195,7 +195,7 @@ helpers_part() {
   fake_conf
   prolog_fails_closed prolog-daemon-answers-late 102 "did not answer within 1000 ms"
   check "prolog-daemon-answers-late: gave up within start_timeout (+2 s)" test "$took" -le 3
-  case_end "prolog rc=$PRO_RC after ${took}s: $(printf '%s' "$PRO_OUT" | cut -c1-120)...; $(leftovers 102)"
+  case_end "prolog rc=$PRO_RC after ${took}s: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-120)...; $(leftovers 102)"
 
   case_begin prolog-second-daemon-fails "2-GPU job, the second daemon fails: the first is stopped again; nothing left"
   printf '0\n' >"$STAGE/launches"
@@ -215,7 +215,7 @@ EOF
   EXTRA_ARGS=()
   prolog_fails_closed prolog-second-daemon-fails 103 "second daemon refused"
   expect_eq "prolog-second-daemon-fails: two daemons were launched" 2 "$(cat "$STAGE/launches")"
-  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | cut -c1-150); launches=$(cat "$STAGE/launches"); $(leftovers 103)"
+  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-150); launches=$(cat "$STAGE/launches"); $(leftovers 103)"
 
   local before
   case_begin prolog-nvidia-smi-missing "nvidia-smi missing: prolog fails naming the path; no daemon launched; nothing left"
@@ -234,7 +234,7 @@ EOF
   fake_conf
   prolog_fails_closed prolog-nvidia-smi-no-driver 105 "couldn't communicate with the NVIDIA driver"
   expect_eq "prolog-nvidia-smi-no-driver: no daemon launched" "$before" "$(launches_in_log)"
-  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | cut -c1-160); $(leftovers 105)"
+  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-160); $(leftovers 105)"
 
   case_begin prolog-nvidia-smi-garbage "nvidia-smi prints garbage: prolog fails quoting the bad line; nothing left"
   fake_conf garbage=1
@@ -243,7 +243,7 @@ EOF
   fake_conf
   prolog_fails_closed prolog-nvidia-smi-garbage 106 "is not a GPU row"
   expect_eq "prolog-nvidia-smi-garbage: no daemon launched" "$before" "$(launches_in_log)"
-  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | cut -c1-160); $(leftovers 106)"
+  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-160); $(leftovers 106)"
 
   case_begin prolog-mps-control-missing "nvidia-cuda-mps-control missing: prolog fails naming the path; its dirs and starting record are removed"
   EXTRA_ARGS=("mps_control=$STAGE/missing/nvidia-cuda-mps-control")
@@ -449,7 +449,7 @@ EOF
   expect_contains "crash-record-lost: reported" "$EPI_OUT" "(no record): its daemon pid $dpid"
   check_not "crash-record-lost: the orphan is gone" proc_running "$dpid"
   expect_nothing_left crash-record-lost 141
-  case_end "epilog rc=$EPI_RC: $(printf '%s' "$EPI_OUT" | cut -c1-200); $(leftovers 141)"
+  case_end "epilog rc=$EPI_RC: $(printf '%s' "$EPI_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-200); $(leftovers 141)"
 
   # --- attacks on the root prolog
   local shared=$STAGE/shared victim_dir=$STAGE/victim
