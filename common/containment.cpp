@@ -103,6 +103,25 @@ std::vector<pid_t> tree_of(pid_t root, ProcReader& proc) {
   return out;
 }
 
+// The cgroup version Slurm uses: its CgroupPlugin, or with autodetect v1
+// where the v1 hierarchies are mounted.
+int cgroup_version_of(const CgroupSite& site, bool v1_mounted) {
+  if (site.cgroup_plugin == "cgroup/v2") return 2;
+  if (site.cgroup_plugin == "cgroup/v1") return 1;
+  return v1_mounted ? 1 : 2;
+}
+
+// The v1 hierarchies a job's processes live in: freezer when Slurm tracks
+// processes with it, and each one the site constrains.
+std::vector<std::string> v1_controllers(const CgroupSite& site) {
+  std::vector<std::string> out;
+  if (site.proctrack_cgroup) out.push_back("freezer");
+  if (site.constrain_devices) out.push_back("devices");
+  if (site.constrain_ram) out.push_back("memory");
+  if (site.constrain_cores) out.push_back("cpuset");
+  return out;
+}
+
 }  // namespace
 
 CgroupSite cgroup_site_from(const SlurmConf& slurm, const std::optional<SlurmConf>& cgroup) {
@@ -158,15 +177,10 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
   }
   ContainmentPlan plan;
   plan.mountpoint = site.mountpoint;
-  // autodetect: Slurm picks v1 where the v1 hierarchies are mounted.
-  int version = site.cgroup_plugin == "cgroup/v2" ? 2 : site.cgroup_plugin == "cgroup/v1" ? 1 : 0;
-  if (version == 0) version = fs.is_dir(site.mountpoint + "/freezer") ? 1 : 2;
+  const int version = cgroup_version_of(site, fs.is_dir(site.mountpoint + "/freezer"));
   plan.cgroup_version = version;
   if (version == 1) {
-    if (site.proctrack_cgroup) plan.controllers.push_back("freezer");
-    if (site.constrain_devices) plan.controllers.push_back("devices");
-    if (site.constrain_ram) plan.controllers.push_back("memory");
-    if (site.constrain_cores) plan.controllers.push_back("cpuset");
+    plan.controllers = v1_controllers(site);
     plan.job_cgroup = fmt::format("uid_{}/job_{}/step_extern", uid, job_id);
     return plan;
   }
@@ -185,7 +199,7 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
 }
 
 ContainmentAdvice containment_advice(const CgroupSite& site, const std::string& mode, bool v1_mounted) {
-  const int version = site.cgroup_plugin == "cgroup/v2" ? 2 : site.cgroup_plugin == "cgroup/v1" ? 1 : (v1_mounted ? 1 : 2);
+  const int version = cgroup_version_of(site, v1_mounted);
   if (!site.constrain_devices && !site.proctrack_cgroup) {
     return {"ok", "no cgroup confinement on this node (no ConstrainDevices, no proctrack/cgroup): a job's daemon reaches what "
                   "any process of the job's user can; the epilog stops it"};
@@ -206,14 +220,7 @@ ContainmentAdvice containment_advice(const CgroupSite& site, const std::string& 
     return {"fail", "cgroup v2 needs PrologFlags=RunInJob (Slurm 23.11+) for the daemon to start inside its job's cgroup: "
                     "every --unilab-mps job is refused here; add RunInJob"};
   }
-  std::vector<std::string> ctrls;
-  if (version == 1) {
-    if (site.proctrack_cgroup) ctrls.push_back("freezer");
-    if (site.constrain_devices) ctrls.push_back("devices");
-    if (site.constrain_ram) ctrls.push_back("memory");
-    if (site.constrain_cores) ctrls.push_back("cpuset");
-  }
-  std::string where = version == 1 ? fmt::format("cgroup v1 ({})", fmt::join(ctrls, ",")) : std::string("cgroup v2");
+  std::string where = version == 1 ? fmt::format("cgroup v1 ({})", fmt::join(v1_controllers(site), ",")) : std::string("cgroup v2");
   if (version == 1 && !site.proctrack_cgroup) {
     return {"warn", fmt::format("daemons join their job's step_extern in {}, but without ProctrackType=proctrack/cgroup Slurm "
                                 "does not kill them with the job (the epilog stops them)",
