@@ -37,18 +37,21 @@ bool yes(const std::optional<std::string>& v) {
   return l == "yes" || l == "up" || l == "1" || l == "true";
 }
 
-// Slurm's flag lists are comma separated and case-insensitive.
-bool has_flag(const std::optional<std::string>& list, const std::string& flag) {
-  if (!list) return false;
-  std::string l = lower(*list);
+// Whether the comma-separated `list` holds `item` exactly.
+bool list_has(const std::string& list, const std::string& item) {
   size_t pos = 0;
-  while (pos <= l.size()) {
-    size_t end = l.find(',', pos);
-    if (end == std::string::npos) end = l.size();
-    if (l.substr(pos, end - pos) == flag) return true;
+  while (pos <= list.size()) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    if (list.compare(pos, end - pos, item) == 0) return true;
     pos = end + 1;
   }
   return false;
+}
+
+// Slurm's flag lists are comma separated and case-insensitive.
+bool has_flag(const std::optional<std::string>& list, const std::string& flag) {
+  return list && list_has(lower(*list), flag);
 }
 
 // The cgroup path of one /proc/PID/cgroup line ("ID:CONTROLLERS:PATH") whose
@@ -69,13 +72,7 @@ std::optional<std::string> cgroup_path_of(const std::string& text, const std::st
       if (line.substr(0, c1) == "0" && ctrls.empty()) return path;
       continue;
     }
-    size_t p = 0;
-    while (p <= ctrls.size()) {
-      size_t e = ctrls.find(',', p);
-      if (e == std::string::npos) e = ctrls.size();
-      if (ctrls.substr(p, e - p) == controller) return path;
-      p = e + 1;
-    }
+    if (list_has(ctrls, controller)) return path;
   }
   return std::nullopt;
 }
