@@ -13,12 +13,12 @@
 
 #include <fmt/format.h>
 
-#include "common/daemon.hpp"
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
-#include "common/safefs.hpp"
-#include "common/status.hpp"
-#include "common/topology.hpp"
+#include "common/mps/daemon.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/safefs.hpp"
+#include "common/mps/status.hpp"
+#include "common/mps/topology.hpp"
 
 namespace unilab::mps::cli {
 namespace {

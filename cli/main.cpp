@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 
 int main(int argc, char** argv) {
   using namespace unilab::mps;

@@ -1,10 +1,10 @@
 // `unilab-mps doctor --node`: is this Slurm node ready for --unilab-mps jobs?
-// The checks live in common/node_doctor.cpp; this file picks the inputs and prints.
+// The checks live in common/slurm/node_doctor.cpp; this file picks the inputs and prints.
 #include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "common/node_doctor.hpp"
+#include "common/slurm/node_doctor.hpp"
 
 #ifndef UNILAB_MPS_SLURM_PLUGIN_DIR
 #define UNILAB_MPS_SLURM_PLUGIN_DIR "/usr/lib/x86_64-linux-gnu/slurm-wlm"

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
-#include "common/probe.hpp"
+#include "common/mps/probe.hpp"
 
 namespace unilab::mps::cli {
 namespace {
@@ -28,7 +28,7 @@ int int_option(const ParsedArgs& a, const std::string& key, int def) {
   return out;
 }
 
-// Human output: one `key: value` per line, in the seed's field order.
+// Human output: one `key: value` per line, in the `cuda_process_sharing` manifest's field order.
 void print_human(const nlohmann::json& j) {
   static const char* const kOrder[] = {
       "configured",       "effective",          "validated",          "rank",           "world_size",

@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <exception>
 
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
-#include "common/job.hpp"
-#include "common/job_logs.hpp"
-#include "common/safefs.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/slurm/job.hpp"
+#include "common/slurm/job_logs.hpp"
+#include "common/mps/safefs.hpp"
 
 namespace unilab::mps::helper {
 namespace {

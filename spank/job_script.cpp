@@ -3,10 +3,10 @@
 #include <exception>
 #include <string>
 
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
-#include "common/job.hpp"
-#include "common/job_logs.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/slurm/job.hpp"
+#include "common/slurm/job_logs.hpp"
 #include "spank/plugin.hpp"
 #include "spank/state.hpp"
 

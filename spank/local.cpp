@@ -4,8 +4,8 @@
 #include <exception>
 #include <string>
 
-#include "common/errors.hpp"
-#include "common/slurm_config.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/slurm_config.hpp"
 #include "spank/plugin.hpp"
 #include "spank/state.hpp"
 

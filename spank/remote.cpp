@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "common/containment.hpp"
-#include "common/errors.hpp"
-#include "common/gres.hpp"
-#include "common/job.hpp"
+#include "common/slurm/containment.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/gres.hpp"
+#include "common/slurm/job.hpp"
 extern "C" {
 #include <slurm/slurm.h>
 }

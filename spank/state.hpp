@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "common/record.hpp"
-#include "common/slurm_config.hpp"
+#include "common/mps/record.hpp"
+#include "common/slurm/slurm_config.hpp"
 
 namespace unilab::mps::spank {
 

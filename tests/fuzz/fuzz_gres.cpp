@@ -1,7 +1,7 @@
 // gres.conf text, Slurm hostlists and GPU index lists (SLURM_JOB_GPUS).
 // Input: "<node name>\n<gres.conf text...>".
-#include "common/errors.hpp"
-#include "common/gres.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/gres.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

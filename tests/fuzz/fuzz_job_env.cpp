@@ -3,8 +3,8 @@
 // Input: KEY=VALUE lines.
 #include <map>
 
-#include "common/errors.hpp"
-#include "common/job.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/job.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

@@ -1,7 +1,7 @@
 // parse_nvidia_smi_query on arbitrary nvidia-smi output (a broken driver or
 // a wrong binary can print anything).
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

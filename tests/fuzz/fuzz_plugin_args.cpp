@@ -1,7 +1,7 @@
 // plugstack.conf arguments (split on blanks, as slurmd passes argv) and the
 // per-job option values (--unilab-mps, --unilab-mps-threads, --unilab-mps-mem).
-#include "common/errors.hpp"
-#include "common/slurm_config.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/slurm_config.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

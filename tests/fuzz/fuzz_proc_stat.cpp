@@ -1,6 +1,6 @@
 // /proc/PID/stat and /proc/PID/status parsers (a process name can hold any
 // byte but NUL and '/', including spaces and ')').
-#include "common/proc.hpp"
+#include "common/mps/proc.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

@@ -2,8 +2,8 @@
 // reads from a state dir). Accepted records must survive a round trip.
 #include <nlohmann/json.hpp>
 
-#include "common/errors.hpp"
-#include "common/record.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/record.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

@@ -1,9 +1,9 @@
 // CUDA_VISIBLE_DEVICES masks and GPU selectors against a fixed GPU table:
 // visible_gpus, resolve_topology, resolve_mps_visibility_entries, UUID
 // spelling. Input: "<mask>\n<selector>" (a missing line means unset).
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
-#include "common/topology.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/topology.hpp"
 #include "fuzz_util.hpp"
 
 using namespace unilab::mps;

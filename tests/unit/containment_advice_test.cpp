@@ -2,7 +2,7 @@
 // is missing.
 #include <gtest/gtest.h>
 
-#include "common/containment.hpp"
+#include "common/slurm/containment.hpp"
 
 namespace unilab::mps {
 namespace {

@@ -1,11 +1,11 @@
-#include "common/containment.hpp"
+#include "common/slurm/containment.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <chrono>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

@@ -1,4 +1,4 @@
-#include "common/daemon.hpp"
+#include "common/mps/daemon.hpp"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -8,8 +8,8 @@
 
 #include <chrono>
 
-#include "common/errors.hpp"
-#include "common/topology.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/topology.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

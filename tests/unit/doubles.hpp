@@ -27,12 +27,12 @@
 #include <utility>
 #include <vector>
 
-#include "common/daemon.hpp"
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
-#include "common/proc.hpp"
-#include "common/record.hpp"
-#include "common/runner.hpp"
+#include "common/mps/daemon.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/proc.hpp"
+#include "common/mps/record.hpp"
+#include "common/mps/runner.hpp"
 
 namespace unilab::mps::test {
 

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/errors.hpp"
-#include "common/gres.hpp"
-#include "common/record.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/gres.hpp"
+#include "common/mps/record.hpp"
 
 namespace unilab::mps {
 namespace {

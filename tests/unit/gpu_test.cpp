@@ -1,10 +1,10 @@
-#include "common/gpu.hpp"
+#include "common/mps/gpu.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

@@ -1,4 +1,4 @@
-#include "common/gres.hpp"
+#include "common/slurm/gres.hpp"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -8,7 +8,7 @@
 
 #include <map>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

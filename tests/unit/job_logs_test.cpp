@@ -1,4 +1,4 @@
-#include "common/job_logs.hpp"
+#include "common/slurm/job_logs.hpp"
 
 #include <unistd.h>
 

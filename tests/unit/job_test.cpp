@@ -1,4 +1,4 @@
-#include "common/job.hpp"
+#include "common/slurm/job.hpp"
 
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -9,9 +9,9 @@
 #include <map>
 #include <set>
 
-#include "common/errors.hpp"
-#include "common/gpu.hpp"
-#include "common/topology.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/topology.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

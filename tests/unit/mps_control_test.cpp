@@ -1,11 +1,11 @@
-#include "common/mps_control.hpp"
+#include "common/mps/mps_control.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

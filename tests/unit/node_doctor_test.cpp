@@ -1,10 +1,10 @@
-#include "common/node_doctor.hpp"
+#include "common/slurm/node_doctor.hpp"
 
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

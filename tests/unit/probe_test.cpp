@@ -1,8 +1,8 @@
-// Tests for common/probe.cpp: the fail-closed `mps` prerequisites in order,
+// Tests for common/mps/probe.cpp: the fail-closed `mps` prerequisites in order,
 // the best-effort null path, the default device resolver and the manifest.
 // Doubles: a scripted command runner, a /proc reader, a device resolver and
 // an environment map; control pipes are real files in a temp directory.
-#include "common/probe.hpp"
+#include "common/mps/probe.hpp"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -19,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 
 namespace unilab::mps {
 namespace {

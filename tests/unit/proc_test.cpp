@@ -1,4 +1,4 @@
-#include "common/proc.hpp"
+#include "common/mps/proc.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>

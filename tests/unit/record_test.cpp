@@ -1,4 +1,4 @@
-#include "common/record.hpp"
+#include "common/mps/record.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

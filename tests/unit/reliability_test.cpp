@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "common/errors.hpp"
-#include "common/job.hpp"
-#include "common/mps_control.hpp"
-#include "common/status.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/job.hpp"
+#include "common/mps/mps_control.hpp"
+#include "common/mps/status.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

@@ -1,4 +1,4 @@
-#include "common/runner.hpp"
+#include "common/mps/runner.hpp"
 
 #include <pthread.h>
 #include <signal.h>

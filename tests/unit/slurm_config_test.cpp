@@ -1,8 +1,8 @@
-#include "common/slurm_config.hpp"
+#include "common/slurm/slurm_config.hpp"
 
 #include <gtest/gtest.h>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

@@ -1,8 +1,8 @@
-#include "common/topology.hpp"
+#include "common/mps/topology.hpp"
 
 #include <gtest/gtest.h>
 
-#include "common/errors.hpp"
+#include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {

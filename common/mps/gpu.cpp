@@ -1,0 +1,268 @@
+#include "common/mps/gpu.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "common/mps/errors.hpp"
+
+namespace unilab::mps {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool is_number(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+bool parse_int(std::string_view s, int& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool has_prefix_ci(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && lower(s.substr(0, prefix.size())) == prefix;
+}
+
+// The hex body (no prefix, no dashes, lowercase) and whether it is a MIG.
+// Empty body when the text contains anything but hex and dashes.
+std::pair<std::string, bool> uuid_body(std::string_view value) {
+  value = trim(value);
+  bool mig = false;
+  if (has_prefix_ci(value, "gpu-")) {
+    value.remove_prefix(4);
+  } else if (has_prefix_ci(value, "mig-")) {
+    value.remove_prefix(4);
+    mig = true;
+  }
+  std::string body;
+  for (char c : value) {
+    if (c == '-') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return {"", mig};
+    body.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return {body, mig};
+}
+
+}  // namespace
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
+bool looks_like_gpu_uuid(std::string_view value) {
+  auto [body, mig] = uuid_body(value);
+  (void)mig;
+  return body.size() == 32;
+}
+
+std::string canonicalize_gpu_uuid(std::string_view value) {
+  auto [body, mig] = uuid_body(value);
+  if (body.size() != 32) {
+    throw CudaMpsError(fmt::format(
+        "'{}' is not an NVIDIA GPU UUID (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx; `nvidia-smi -L` lists them)",
+        value));
+  }
+  return mig ? "mig-" + body : body;
+}
+
+std::string display_gpu_uuid(std::string_view value) {
+  auto [body, mig] = uuid_body(value);
+  if (body.size() != 32) return std::string(canonicalize_gpu_uuid(value));  // throws
+  return fmt::format("{}-{}-{}-{}-{}-{}", mig ? "MIG" : "GPU", body.substr(0, 8), body.substr(8, 4),
+                     body.substr(12, 4), body.substr(16, 4), body.substr(20));
+}
+
+nlohmann::json GpuIdentity::to_json() const {
+  return {{"index", index}, {"uuid", uuid}, {"minor_number", minor_number}, {"pci_bus_id", pci_bus_id}, {"name", name}};
+}
+
+GpuIdentity GpuIdentity::from_json(const nlohmann::json& j) {
+  GpuIdentity g;
+  g.index = j.at("index").get<int>();
+  g.uuid = display_gpu_uuid(j.at("uuid").get<std::string>());
+  g.minor_number = j.value("minor_number", -1);
+  g.pci_bus_id = j.value("pci_bus_id", "");
+  g.name = j.value("name", "");
+  return g;
+}
+
+std::vector<std::string> nvidia_smi_query_argv(const std::string& nvidia_smi) {
+  return {nvidia_smi, "--query-gpu=index,uuid,minor_number,pci.bus_id,name", "--format=csv,noheader"};
+}
+
+std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv) {
+  std::vector<GpuIdentity> gpus;
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < csv.size()) {
+    size_t end = csv.find('\n', pos);
+    if (end == std::string_view::npos) end = csv.size();
+    std::string_view line = trim(csv.substr(pos, end - pos));
+    pos = end + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    std::vector<std::string_view> fields;
+    size_t f = 0;
+    while (true) {
+      size_t comma = line.find(',', f);
+      fields.push_back(trim(line.substr(f, comma == std::string_view::npos ? std::string_view::npos : comma - f)));
+      if (comma == std::string_view::npos) break;
+      f = comma + 1;
+    }
+    auto bad = [&](std::string_view why) {
+      return CudaMpsError(fmt::format(
+          "nvidia-smi output line {} is not a GPU row ({}): '{}'; check that nvidia-smi is NVIDIA's tool and the driver works",
+          line_no, why, line.substr(0, 120)));
+    };
+    if (fields.size() < 5) throw bad("expected 5 fields: index, uuid, minor_number, pci.bus_id, name");
+    GpuIdentity g;
+    if (!parse_int(fields[0], g.index) || g.index < 0) throw bad("index is not a number");
+    if (!looks_like_gpu_uuid(fields[1]) || has_prefix_ci(fields[1], "mig-")) throw bad("uuid is not a GPU UUID");
+    g.uuid = display_gpu_uuid(fields[1]);
+    // minor_number is "[N/A]" on some platforms (e.g. WSL); keep -1 then.
+    if (!parse_int(fields[2], g.minor_number)) g.minor_number = -1;
+    g.pci_bus_id = std::string(fields[3]);
+    // A name may itself contain commas: everything after the bus id.
+    std::string name(fields[4]);
+    for (size_t i = 5; i < fields.size(); ++i) name += ", " + std::string(fields[i]);
+    g.name = name;
+    for (const auto& other : gpus) {
+      if (other.index == g.index || other.uuid == g.uuid) throw bad("duplicate GPU index or UUID");
+    }
+    gpus.push_back(std::move(g));
+  }
+  std::sort(gpus.begin(), gpus.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  return gpus;
+}
+
+std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi) {
+  Command cmd;
+  cmd.argv = nvidia_smi_query_argv(nvidia_smi);
+  cmd.env = {"PATH=/usr/bin:/bin"};
+  cmd.timeout = std::chrono::seconds(30);
+  CommandResult r = runner.run(cmd);
+  if (!r.exec_error.empty()) {
+    throw CudaMpsError(fmt::format("{}; install the NVIDIA driver utilities or set the nvidia-smi path (nvidia_smi= / --nvidia-smi)",
+                                   r.exec_error));
+  }
+  if (!r.ok()) {
+    std::string line = r.first_output_line();
+    throw CudaMpsError(fmt::format("{} failed ({}){}{}; check the NVIDIA driver on this host", nvidia_smi, r.describe(),
+                                   line.empty() ? "" : ": ", line));
+  }
+  auto gpus = parse_nvidia_smi_query(r.out);
+  if (gpus.empty()) throw CudaMpsError(fmt::format("{} reports no GPU on this host", nvidia_smi));
+  return gpus;
+}
+
+std::vector<std::string> split_mask(std::string_view mask) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= mask.size()) {
+    size_t comma = mask.find(',', pos);
+    if (comma == std::string_view::npos) comma = mask.size();
+    std::string_view e = trim(mask.substr(pos, comma - pos));
+    if (!e.empty()) out.emplace_back(e);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+const GpuIdentity& find_gpu(std::string_view entry, const std::vector<GpuIdentity>& gpus) {
+  entry = trim(entry);
+  if (is_number(entry)) {
+    int idx = -1;
+    if (parse_int(entry, idx)) {
+      for (const auto& g : gpus) if (g.index == idx) return g;
+    }
+    throw CudaMpsError(fmt::format("GPU index {} does not exist on this host (nvidia-smi lists {} GPU{}); use an index from `nvidia-smi -L`",
+                                   entry, gpus.size(), gpus.size() == 1 ? "" : "s"));
+  }
+  auto [body, mig] = uuid_body(entry);
+  if (mig) {
+    throw CudaMpsError(fmt::format("'{}' is a MIG instance; unilab-mps runs MPS daemons on whole GPUs: select the parent GPU", entry));
+  }
+  if (body.empty()) {
+    throw CudaMpsError(fmt::format("'{}' is neither a GPU index nor a GPU UUID; use `nvidia-smi -L` to list them", entry));
+  }
+  const GpuIdentity* match = nullptr;
+  for (const auto& g : gpus) {
+    std::string token = canonicalize_gpu_uuid(g.uuid);
+    if (token.compare(0, body.size(), body) == 0) {
+      if (match != nullptr && body.size() < 32) {
+        throw CudaMpsError(fmt::format("GPU UUID prefix '{}' is ambiguous (matches {} and {}); give more characters", entry,
+                                       match->uuid, g.uuid));
+      }
+      match = &g;
+    }
+  }
+  if (match == nullptr) {
+    throw CudaMpsError(fmt::format("no GPU with UUID '{}' on this host; use `nvidia-smi -L` to list them", entry));
+  }
+  return *match;
+}
+
+std::vector<GpuIdentity> visible_gpus(const std::optional<std::string>& mask, const std::vector<GpuIdentity>& gpus) {
+  if (!mask) return gpus;
+  std::vector<GpuIdentity> out;
+  for (const auto& entry : split_mask(*mask)) {
+    if (entry == "-1") break;  // CUDA stops enumerating at the first invalid entry
+    const GpuIdentity& g = find_gpu(entry, gpus);
+    if (std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.uuid == g.uuid; })) {
+      throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES names GPU {} twice ('{}'); list each GPU once", g.uuid, entry));
+    }
+    out.push_back(g);
+  }
+  return out;
+}
+
+std::vector<std::string> resolve_mps_visibility_entries(const std::vector<std::string>& entries,
+                                                        const std::vector<GpuIdentity>& gpus) {
+  std::vector<std::string> out;
+  for (const auto& raw : entries) {
+    std::string_view e = trim(raw);
+    if (is_number(e)) {
+      int idx = -1;
+      const GpuIdentity* hit = nullptr;
+      if (parse_int(e, idx)) {
+        for (const auto& g : gpus) if (g.index == idx) hit = &g;
+      }
+      if (hit == nullptr) {
+        throw CudaMpsError(fmt::format(
+            "CUDA_VISIBLE_DEVICES entry {} names no GPU on this host ({} GPU{} found); fix the mask or use GPU UUIDs",
+            e, gpus.size(), gpus.size() == 1 ? "" : "s"));
+      }
+      out.push_back(hit->uuid);
+    } else {
+      out.emplace_back(e);  // UUID, MIG-..., -1: unchanged
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> resolve_mps_visibility_entries(const std::vector<std::string>& entries,
+                                                        CommandRunner& runner, const std::string& nvidia_smi) {
+  bool needs = std::any_of(entries.begin(), entries.end(), [](const auto& e) { return is_number(trim(e)); });
+  if (!needs) return resolve_mps_visibility_entries(entries, std::vector<GpuIdentity>{});
+  return resolve_mps_visibility_entries(entries, discover_gpus(runner, nvidia_smi));
+}
+
+}  // namespace unilab::mps

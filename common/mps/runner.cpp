@@ -1,0 +1,417 @@
+#include "common/mps/runner.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <pthread.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace unilab::mps {
+namespace {
+
+constexpr size_t kMaxCapture = 1 << 20;  // per stream; more is dropped
+
+// What a tool started as the job's user gets instead of slurmd's process
+// state (docs/ADMIN.md, "What the daemon's process looks like"):
+//  - RLIMIT_NOFILE: soft 16384 (what NVIDIA recommends for the MPS server,
+//    one descriptor per client connection and more), hard at least that;
+//    slurmd's own soft limit may be far lower (1024) or huge.
+//  - RLIMIT_CORE: soft 0 (slurmd often runs with unlimited core dumps for
+//    its own debugging; a user daemon should not dump GPU state into its
+//    cwd or the system's core pattern), hard kept so the user may raise it.
+//  - RLIMIT_STACK: soft 8 MiB (an unlimited stack changes the mmap layout).
+//  - RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU: unlimited. CUDA
+//    reserves very large virtual address ranges, and the daemon lives as
+//    long as the job; Slurm's job limits apply to the job's tasks, not here.
+//  - RLIMIT_MEMLOCK: soft raised to the inherited hard limit (pinned host
+//    memory; sites that raise it for RDMA get the same for MPS).
+//  - Others (NPROC, NICE, RTPRIO, SIGPENDING, MSGQUEUE) stay as inherited.
+constexpr rlim_t kNofile = 16384;
+constexpr rlim_t kStack = 8u << 20;
+
+struct Limit {
+  int resource;
+  rlimit value;
+  rlimit fallback;  // the same within the inherited hard limit, for a root without CAP_SYS_RESOURCE (a container)
+};
+
+// Everything the child needs, prepared before fork: after fork in a possibly
+// multi-threaded process only async-signal-safe calls are allowed.
+struct Prepared {
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+  std::vector<gid_t> groups;
+  std::vector<Limit> limits;
+  bool drop = false;
+  bool new_session = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+std::vector<Limit> user_limits() {
+  std::vector<Limit> out;
+  auto add = [&](int r, rlimit want) {
+    rlimit cur {};
+    if (getrlimit(r, &cur) != 0) cur = {RLIM_INFINITY, RLIM_INFINITY};
+    if (want.rlim_max == 0) want.rlim_max = cur.rlim_max;  // 0: keep the inherited hard limit
+    auto below = [](rlim_t a, rlim_t b) { return a != RLIM_INFINITY && (b == RLIM_INFINITY || a < b); };
+    rlimit fallback = want;
+    if (below(cur.rlim_max, want.rlim_max)) {
+      fallback.rlim_max = cur.rlim_max;
+      if (below(cur.rlim_max, fallback.rlim_cur)) fallback.rlim_cur = cur.rlim_max;
+    }
+    out.push_back({r, want, fallback});
+  };
+  rlimit nofile {};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  add(RLIMIT_NOFILE, {kNofile, nofile.rlim_max == RLIM_INFINITY || nofile.rlim_max > kNofile ? nofile.rlim_max : kNofile});
+  add(RLIMIT_CORE, {0, 0});
+  rlimit stack {};
+  getrlimit(RLIMIT_STACK, &stack);
+  add(RLIMIT_STACK, {stack.rlim_max != RLIM_INFINITY && stack.rlim_max < kStack ? stack.rlim_max : kStack, 0});
+  for (int r : {RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU}) add(r, {RLIM_INFINITY, RLIM_INFINITY});
+  rlimit memlock {};
+  getrlimit(RLIMIT_MEMLOCK, &memlock);
+  add(RLIMIT_MEMLOCK, {memlock.rlim_max, 0});
+  return out;
+}
+
+std::string prepare(const Command& c, Prepared& p, bool new_session) {
+  if (c.argv.empty() || c.argv[0].empty() || c.argv[0][0] != '/') {
+    return fmt::format("cannot execute '{}': not an absolute path", c.argv.empty() ? "" : c.argv[0]);
+  }
+  if (access(c.argv[0].c_str(), X_OK) != 0) {
+    return fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(errno));
+  }
+  p.new_session = new_session;
+  for (const auto& a : c.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
+  p.argv.push_back(nullptr);
+  for (const auto& e : c.env) p.envp.push_back(const_cast<char*>(e.c_str()));
+  p.envp.push_back(nullptr);
+  if (c.credentials && (geteuid() == 0) && (c.credentials->uid != 0 || c.credentials->gid != 0)) {
+    p.drop = true;
+    p.uid = c.credentials->uid;
+    p.gid = c.credentials->gid;
+    p.limits = user_limits();
+    // Supplementary groups of the target user; a user unknown to NSS gets
+    // only its primary group rather than keeping root's groups.
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    std::vector<char> buf(16384);
+    if (getpwuid_r(p.uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+      int n = 64;
+      p.groups.resize(static_cast<size_t>(n));
+      if (getgrouplist(pw.pw_name, p.gid, p.groups.data(), &n) < 0) {
+        p.groups.resize(static_cast<size_t>(n));
+        getgrouplist(pw.pw_name, p.gid, p.groups.data(), &n);
+      }
+      p.groups.resize(static_cast<size_t>(n));
+    } else {
+      p.groups = {p.gid};
+    }
+  } else if (c.credentials && geteuid() != 0 && c.credentials->uid != geteuid()) {
+    return fmt::format("cannot run {} as uid {}: only root can switch users", c.argv[0], c.credentials->uid);
+  }
+  return {};
+}
+
+// The process state every tool starts with, and the privilege drop, in one
+// place for SystemRunner's child and exec_replace. Async-signal-safe calls
+// only, on data prepare() computed. Returns 0, or the errno of the step that
+// failed (the caller must not exec then).
+//  - umask 077: what the tool creates (sockets, logs) is its user's alone.
+//  - cwd "/": never the caller's directory (slurmd's spool, a user's cwd
+//    that pins a mount).
+//  - its own session (SystemRunner only): no controlling terminal, and a
+//    process group a timeout can kill whole. The foreground daemon of
+//    `unilab-mps start -f` keeps its terminal so Ctrl-C reaches it.
+//  - as root dropping to a user: oom_score_adj 0 (slurmd runs at -1000,
+//    unkillable by the OOM killer, and children inherit that), the limits
+//    of user_limits(), then setgroups/setgid/setuid, and a check that the
+//    drop cannot be undone.
+int become_tool_process(const Prepared& p) {
+  umask(077);
+  if (chdir("/") != 0) return errno;
+  if (p.new_session && setsid() < 0) return errno;
+  if (p.drop) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      // From slurmd's -1000 up to 0 needs no privilege. Lowering a positive
+      // value needs CAP_SYS_RESOURCE, which a containerized root may lack:
+      // then the tool keeps a value that only makes it likelier to be
+      // OOM-killed, never less, so it is not worth refusing to start for.
+      ssize_t n = write(fd, "0", 1);
+      int e = errno;
+      close(fd);
+      if (n != 1 && e != EACCES && e != EPERM) return e;
+    } else if (errno != ENOENT) {  // no /proc at all: nothing inherited to undo there
+      return errno;
+    }
+    for (const Limit& l : p.limits) {
+      if (setrlimit(l.resource, &l.value) != 0 && (errno != EPERM || setrlimit(l.resource, &l.fallback) != 0)) return errno;
+    }
+    if (setgroups(p.groups.size(), p.groups.data()) != 0) return errno;
+    if (setgid(p.gid) != 0) return errno;
+    if (setuid(p.uid) != 0) return errno;
+    if (setuid(0) == 0 || setgid(0) == 0) return EPERM;  // the drop must be irreversible
+  }
+  return 0;
+}
+
+[[noreturn]] void child_fail(int fd, int err) {
+  ssize_t ignored = write(fd, &err, sizeof err);
+  (void)ignored;
+  _exit(127);
+}
+
+// Runs in the child between fork and exec: async-signal-safe calls only.
+[[noreturn]] void child_exec(const Prepared& p, int in_fd, int out_fd, int err_fd, int status_fd) {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
+  // The host process may run with fds 0-2 closed (slurmstepd can), so a pipe
+  // end may sit on 0..2: move every end above 2 before the dup2s.
+  status_fd = fcntl(status_fd, F_DUPFD_CLOEXEC, 10);
+  in_fd = fcntl(in_fd, F_DUPFD, 10);
+  out_fd = fcntl(out_fd, F_DUPFD, 10);
+  err_fd = fcntl(err_fd, F_DUPFD, 10);
+  if (status_fd < 0 || in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(127);
+  if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) child_fail(status_fd, errno);
+  // Close everything above 2 except the exec-status pipe (close-on-exec).
+  for (int fd = 3; fd < 1024; ++fd) {
+    if (fd != status_fd) close(fd);
+  }
+  syscall(SYS_close_range, 1024U, ~0U, 0);
+  if (int e = become_tool_process(p); e != 0) child_fail(status_fd, e);
+  execve(p.argv[0], p.argv.data(), p.envp.data());
+  child_fail(status_fd, errno);
+}
+
+// write() to a pipe whose reader is gone raises SIGPIPE, and its default
+// action ends the whole process: here the root prolog/epilog, or slurmstepd.
+// A tool that exits without reading its stdin is simply done reading, so the
+// signal is blocked on this thread for the write and the one it raised is
+// consumed. The process-wide disposition belongs to the host, not to us.
+ssize_t write_without_sigpipe(int fd, const char* data, size_t len) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  ssize_t n = write(fd, data, len);
+  const int e = errno;
+  if (n < 0 && e == EPIPE && !was_pending) {
+    timespec zero {};
+    while (sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = e;
+  return n;
+}
+
+void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Reads what is available now; returns false on EOF/error.
+bool drain(int fd, std::string& into) {
+  char buf[8192];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      if (into.size() < kMaxCapture) into.append(buf, std::min(static_cast<size_t>(n), kMaxCapture - into.size()));
+      continue;
+    }
+    if (n == 0) return false;
+    return errno == EAGAIN || errno == EINTR;
+  }
+}
+
+}  // namespace
+
+std::string CommandResult::describe() const {
+  if (!exec_error.empty()) return exec_error;
+  if (abandoned) return fmt::format("timed out, and pid {} was still there after SIGKILL: abandoned", pid);
+  if (timed_out) return "timed out";
+  if (term_signal != 0) return fmt::format("killed by signal {}", term_signal);
+  return fmt::format("exit {}", exit_code);
+}
+
+std::string CommandResult::first_output_line() const {
+  for (const std::string* s : {&err, &out}) {
+    size_t pos = 0;
+    while (pos < s->size()) {
+      size_t end = s->find('\n', pos);
+      if (end == std::string::npos) end = s->size();
+      std::string line = s->substr(pos, end - pos);
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) return line;
+      pos = end + 1;
+    }
+  }
+  return {};
+}
+
+ChildWait wait_child_until(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  ChildWait w;
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      w.reaped = true;
+      w.status = status;
+      break;
+    }
+    if (r < 0 && errno == ECHILD) {  // not ours to reap any more (SIGCHLD ignored): it is gone
+      w.reaped = true;
+      w.lost = true;
+      break;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    if (pidfd >= 0) {
+      pollfd pfd{pidfd, POLLIN, 0};
+      poll(&pfd, 1, static_cast<int>(std::min<long>(left.count(), 1000)));
+    } else {
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(10)));
+    }
+  }
+  if (pidfd >= 0) close(pidfd);
+  return w;
+}
+
+CommandResult SystemRunner::run(const Command& c) {
+  CommandResult result;
+  Prepared p;
+  if (std::string e = prepare(c, p, true); !e.empty()) {
+    result.exec_error = e;
+    return result;
+  }
+  int in[2], out[2], err[2], status[2];
+  if (pipe2(in, O_CLOEXEC) != 0) { result.exec_error = fmt::format("pipe: {}", std::strerror(errno)); return result; }
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
+    result.exec_error = fmt::format("pipe: {}", std::strerror(errno));
+    return result;  // the few fds leaked here are closed at exit; this path needs fd exhaustion
+  }
+  const auto deadline = std::chrono::steady_clock::now() + c.timeout;
+  pid_t pid = fork();
+  if (pid < 0) {
+    result.exec_error = fmt::format("fork: {}", std::strerror(errno));
+    for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1], status[0], status[1]}) close(fd);
+    return result;
+  }
+  if (pid == 0) child_exec(p, in[0], out[1], err[1], status[1]);
+  result.pid = pid;
+  for (int fd : {in[0], out[1], err[1], status[1]}) close(fd);
+
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  set_nonblock(in[1]);
+  set_nonblock(out[0]);
+  set_nonblock(err[0]);
+  set_nonblock(status[0]);
+  size_t written = 0;
+  if (c.stdin_data.empty()) { close(in[1]); in[1] = -1; }
+  // The exec-status pipe: 4 bytes (errno) when the exec failed, EOF once it
+  // succeeded. Read in the same bounded loop: an exec on a hung filesystem
+  // blocks in the kernel like anything else.
+  int exec_errno = 0;
+  bool exec_failed = false;
+  auto read_status = [&] {
+    ssize_t got = read(status[0], &exec_errno, sizeof exec_errno);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    exec_failed = got == sizeof exec_errno;
+    close(status[0]);
+    status[0] = -1;
+    if (exec_failed && in[1] >= 0) { close(in[1]); in[1] = -1; }
+  };
+  bool out_open = true, err_open = true, exited = false;
+  int wstatus = 0;
+  while (!exited) {
+    pollfd fds[5];
+    nfds_t n = 0;
+    if (out_open) fds[n++] = {out[0], POLLIN, 0};
+    if (err_open) fds[n++] = {err[0], POLLIN, 0};
+    if (in[1] >= 0) fds[n++] = {in[1], POLLOUT, 0};
+    if (status[0] >= 0) fds[n++] = {status[0], POLLIN, 0};
+    if (pidfd >= 0) fds[n++] = {pidfd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      result.timed_out = true;
+      auto wait = options_.wait_until ? options_.wait_until : wait_child_until;
+      ChildWait w = wait(pid, std::chrono::steady_clock::now() + options_.kill_grace);
+      result.abandoned = !w.reaped;
+      break;
+    }
+    int wait_ms = pidfd >= 0 ? static_cast<int>(std::min<long>(left.count(), 1000)) : 10;
+    poll(fds, n, wait_ms);
+    if (status[0] >= 0) read_status();
+    if (out_open) out_open = drain(out[0], result.out);
+    if (err_open) err_open = drain(err[0], result.err);
+    if (in[1] >= 0) {
+      ssize_t w = write_without_sigpipe(in[1], c.stdin_data.data() + written, c.stdin_data.size() - written);
+      if (w > 0) written += static_cast<size_t>(w);
+      // EPIPE: the child is done reading (or gone); that is its business.
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == c.stdin_data.size()) { close(in[1]); in[1] = -1; }
+    }
+    pid_t r = waitpid(pid, &wstatus, WNOHANG);
+    if (r == pid) exited = true;
+    if (r < 0 && errno == ECHILD) {  // reaped by someone else (SIGCHLD ignored): no status, not a success
+      exited = true;
+      wstatus = -1;
+    }
+  }
+  // The child is gone (or abandoned); take what its pipes already hold,
+  // without waiting for EOF (a daemon it forked may keep them open).
+  if (status[0] >= 0 && !result.abandoned) read_status();
+  if (out_open) drain(out[0], result.out);
+  if (err_open) drain(err[0], result.err);
+  for (int fd : {in[1], out[0], err[0], status[0], pidfd}) if (fd >= 0) close(fd);
+
+  if (exec_failed) {
+    result.exec_error = fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(exec_errno));
+  } else if (!result.timed_out && wstatus != -1) {
+    if (WIFEXITED(wstatus)) result.exit_code = WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus)) result.term_signal = WTERMSIG(wstatus);
+  }
+  return result;
+}
+
+std::string exec_replace(const Command& c) {
+  Prepared p;
+  if (std::string e = prepare(c, p, false); !e.empty()) return e;
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd >= 0) { dup2(null_fd, 0); close(null_fd); }
+  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  if (int e = become_tool_process(p); e != 0) {
+    return fmt::format("cannot prepare {} to run as uid {}: {}", c.argv[0], p.drop ? p.uid : geteuid(), std::strerror(e));
+  }
+  execve(p.argv[0], p.argv.data(), p.envp.data());
+  return fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(errno));
+}
+
+std::chrono::steady_clock::time_point SystemClock::now() { return std::chrono::steady_clock::now(); }
+void SystemClock::sleep_for(std::chrono::milliseconds d) { std::this_thread::sleep_for(d); }
+double SystemClock::wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace unilab::mps

@@ -1,0 +1,70 @@
+// Read-only host status and the `doctor` checks: nothing here creates or
+// changes anything.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/mps/daemon.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/record.hpp"
+#include "common/mps/topology.hpp"
+
+namespace unilab::mps {
+
+struct ControlPipeStatus {
+  std::string path;   // <pipe dir>/control
+  std::string kind;   // socket | fifo | missing | other
+  std::vector<std::string> managed_names;  // records whose pipe dir this is
+  nlohmann::json to_json() const;
+};
+
+struct HostStatus {
+  std::string platform;
+  bool nvidia_smi_available = false;
+  std::optional<std::string> cuda_visible_devices;
+  std::vector<GpuIdentity> gpus;  // visible under the mask
+  std::vector<ControlPipeStatus> control_pipes;
+  std::vector<DaemonRecord> managed_daemons;
+  std::optional<std::string> diagnostic;
+  std::vector<std::string> compatible_topology_modes = kTopologyModes;
+  std::vector<RecordProblem> record_problems;
+  // Liveness per managed daemon, same order; filled by host_status.
+  std::vector<nlohmann::json> daemon_states;
+  nlohmann::json to_json() const;
+};
+
+struct StatusQuery {
+  std::optional<std::string> cuda_visible_devices;
+  std::optional<std::string> pipe_directory_env;  // CUDA_MPS_PIPE_DIRECTORY of the caller
+  std::optional<uid_t> uid;          // nullopt: every user's records (root, Slurm view)
+  std::optional<std::string> host;
+  std::optional<std::string> job_id;  // only records of this Slurm job
+  bool discover = true;               // false: records only, no nvidia-smi call
+};
+
+HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, const StatusQuery& q);
+
+struct DoctorCheck {
+  std::string name;
+  std::string status;  // ok | warn | fail
+  std::string detail;
+  nlohmann::json to_json() const { return {{"name", name}, {"status", status}, {"detail", detail}}; }
+};
+
+struct DoctorReport {
+  std::vector<DoctorCheck> checks;
+  std::optional<TopologyPlan> plan;
+  bool ok() const;
+  nlohmann::json to_json() const;
+};
+
+// Validates topology and daemon state for `selector` without creating or
+// changing anything.
+DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const std::optional<std::string>& selector,
+                    const StatusQuery& q);
+
+}  // namespace unilab::mps

@@ -1,0 +1,39 @@
+// Selector syntax -> GPUs + topology mode, before any host service exists.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/mps/gpu.hpp"
+
+namespace unilab::mps {
+
+inline constexpr const char* kSingleGpu = "single_gpu";
+inline constexpr const char* kSingleTaskMultiGpu = "single_task_multi_gpu";
+inline constexpr const char* kTaskPerGpu = "task_per_gpu";
+inline const std::vector<std::string> kTopologyModes = {kSingleGpu, kSingleTaskMultiGpu, kTaskPerGpu};
+
+struct TopologyPlan {
+  std::string selector;  // as given ("" for none)
+  std::string topology_mode;
+  std::vector<GpuIdentity> gpus;
+  nlohmann::json to_json() const;
+};
+
+// Selectors: none = the sole visible GPU (error listing them when several);
+// `N`, `GPU-...` or a unique UUID prefix = single_gpu; `A,B` =
+// single_task_multi_gpu (one daemon over those GPUs); `per-gpu:A,B` =
+// task_per_gpu (one daemon per GPU). Entries resolve among the GPUs visible
+// under `cuda_visible_devices` (indices are host nvidia-smi indices).
+TopologyPlan resolve_topology(const std::optional<std::string>& selector,
+                              const std::optional<std::string>& cuda_visible_devices,
+                              const std::vector<GpuIdentity>& host_gpus);
+
+// The daemon name a plan gets by default: `gpu-<first 8 hex>` per GPU, or
+// `multi-<8hex>-<8hex>...` for one daemon over several.
+std::string default_daemon_name(const std::vector<GpuIdentity>& gpus);
+
+}  // namespace unilab::mps

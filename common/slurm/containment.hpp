@@ -1,0 +1,119 @@
+// Containment: a job's MPS daemon lives in the job's cgroup on its node, so
+// it reaches only the job's GPU device files, is accounted to the job, and
+// dies with it. The daemon is started by the root prolog, which (Slurm 22.05,
+// PrologFlags=Contain) runs before the job's extern step cgroup exists; the
+// daemon is then moved into `step_extern` once Slurm creates it, before any
+// task can reach it (the task path waits for the move and fails closed).
+//
+// Slurm facts this relies on (verified on local clusters, see docs/DESIGN.md):
+//  - cgroup v1, PrologFlags=Contain (22.05+): `<mnt>/<ctrl>/slurm[_<node>]/
+//    uid_U/job_J/step_extern` appears ~40 ms after the prolog exits; a
+//    process written into its freezer and devices cgroup.procs is
+//    device-constrained and SIGKILLed at job end. A process in `job_J` itself
+//    is constrained but never killed: only step cgroups are.
+//  - cgroup v1, PrologFlags=RunInJob (23.11+): the prolog runs inside the
+//    extern step (freezer at job level, devices in step_extern): step_extern
+//    exists already and the daemon must still be moved into freezer
+//    step_extern to die with the job.
+//  - cgroup v2, PrologFlags=RunInJob: the prolog runs in
+//    `.../job_J/step_extern/...`; the daemon inherits it, nothing to move.
+//    Without RunInJob the prolog runs in slurmd's cgroup: refused.
+// cgroup.procs moves one process, not what it forked earlier: the daemon's
+// whole tree (MPS servers, if a client somehow came first) is moved.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/slurm/node_doctor.hpp"
+#include "common/mps/proc.hpp"
+#include "common/mps/record.hpp"
+
+namespace unilab::mps {
+
+// What the site's slurm.conf and cgroup.conf say about cgroups.
+struct CgroupSite {
+  bool prolog_contain = false;     // PrologFlags contains Contain
+  bool prolog_run_in_job = false;  // PrologFlags contains RunInJob (23.11+)
+  bool proctrack_cgroup = false;   // ProctrackType=proctrack/cgroup (freezer kills steps)
+  std::string cgroup_plugin = "autodetect";  // cgroup/v1 | cgroup/v2 | autodetect
+  std::string mountpoint = "/sys/fs/cgroup";
+  bool constrain_devices = false;
+  bool constrain_ram = false;
+  bool constrain_cores = false;
+};
+
+// From the two parsed files; a missing cgroup.conf means Slurm's defaults.
+CgroupSite cgroup_site_from(const SlurmConf& slurm_conf, const std::optional<SlurmConf>& cgroup_conf);
+
+// Reads slurm.conf at `slurm_conf` (and cgroup.conf beside it). Throws
+// CudaMpsError when slurm.conf cannot be read.
+CgroupSite read_cgroup_site(const std::string& slurm_conf);
+
+// The cgroup file system, abstract so it can be mocked out for tests.
+class CgroupFs {
+ public:
+  virtual ~CgroupFs() = default;
+  virtual bool is_dir(const std::string& path) = 0;
+  // Writes `text` to an existing file; returns 0 or the errno.
+  virtual int write(const std::string& path, const std::string& text) = 0;
+};
+class SystemCgroupFs final : public CgroupFs {
+ public:
+  bool is_dir(const std::string& path) override;
+  int write(const std::string& path, const std::string& text) override;
+};
+
+// Decides where job `job_id`'s daemon for `uid` must live. `mode` is the
+// plugin argument contain=: "auto" contains whenever the site constrains
+// devices or tracks processes with cgroups; "off" never. nullopt: nothing to
+// contain. Throws CudaMpsError, naming the slurm.conf setting to add, when the
+// site constrains devices but its PrologFlags cannot put the daemon in the job.
+// `own_cgroup` is /proc/self/cgroup of the prolog (v2 checks it holds the job).
+std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const std::string& mode, uid_t uid,
+                                                const std::string& job_id, const std::string& own_cgroup, CgroupFs& fs);
+
+// What `doctor --node` says about containment on a node: status ok | warn |
+// fail and one line naming what is missing. `v1_mounted`: the freezer
+// hierarchy exists under the cgroup mount point (autodetect picks v1).
+struct ContainmentAdvice {
+  std::string status;
+  std::string detail;
+};
+ContainmentAdvice containment_advice(const CgroupSite& site, const std::string& mode, bool v1_mounted);
+
+// The v1 cgroup.procs files of the job's extern step for `node`, when every
+// controller's step_extern exists (Slurm's root is `slurm_<node>` on builds
+// with multiple-slurmd support, else `slurm`); nullopt while one is missing.
+std::optional<std::vector<std::string>> extern_step_procs_files(const ContainmentPlan& plan, const std::string& node,
+                                                                CgroupFs& fs);
+
+// Writes the daemon and its descendants into `procs_files`, after verifying
+// the daemon's identity. Returns an error line, empty on success.
+std::string move_daemon_tree(const ProcessIdentity& daemon, const std::vector<std::string>& procs_files, ProcReader& proc,
+                             CgroupFs& fs);
+
+// Whether /proc/PID/cgroup text puts the process where `plan` wants it.
+bool cgroup_matches(const ContainmentPlan& plan, const std::string& proc_cgroup_text);
+
+// Moves every daemon now when its extern step exists (RunInJob), else
+// leaves a detached root process that waits (until `deadline_after`) for
+// the step to appear and then moves them (Contain: the step appears after
+// the prolog exits). Returns error lines for daemons that could not be
+// moved now; the detached mover logs nothing (the task path checks).
+std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std::string& node,
+                                         const std::vector<ProcessIdentity>& daemons,
+                                         std::chrono::milliseconds deadline_after, bool* deferred = nullptr);
+
+// For the task path: waits (bounded) until the daemon `pid` sits in the
+// cgroup `plan` names; throws CudaMpsError when it never gets there.
+void wait_daemon_contained(const ContainmentPlan& plan, pid_t pid, ProcReader& proc, class Clock& clock,
+                           std::chrono::milliseconds timeout, const std::string& daemon_name);
+
+}  // namespace unilab::mps

@@ -1,0 +1,210 @@
+#include "common/slurm/gres.hpp"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "common/mps/errors.hpp"
+
+namespace unilab::mps {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+bool to_int(std::string_view s, long& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Splits on commas that are not inside brackets.
+std::vector<std::string_view> split_top(std::string_view s) {
+  std::vector<std::string_view> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '[') ++depth;
+    if (s[i] == ']') --depth;
+    if (s[i] == ',' && depth == 0) {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  out.push_back(s.substr(start));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(std::string_view expr) {
+  std::vector<std::string> out;
+  // Slurm's own hostlists stop at 64 Ki names; without a bound, ranges that
+  // multiply (`n[0-99999][0-99999]`) exhaust memory (found by fuzz_gres).
+  constexpr size_t kMaxNames = 1 << 16;
+  for (std::string_view part : split_top(trim(expr))) {
+    part = trim(part);
+    if (part.empty()) continue;
+    size_t open = part.find('[');
+    if (open == std::string_view::npos) {
+      if (out.size() >= kMaxNames) throw CudaMpsError(fmt::format("'{}' expands to more than {} names", expr.substr(0, 80), kMaxNames));
+      out.emplace_back(part);
+      continue;
+    }
+    size_t close = part.find(']', open);
+    if (close == std::string_view::npos) throw CudaMpsError(fmt::format("unbalanced '[' in '{}'", part));
+    std::string prefix(part.substr(0, open));
+    std::string_view inner = part.substr(open + 1, close - open - 1);
+    std::vector<std::string> rests = expand_hostlist(part.substr(close + 1).empty() ? "" : part.substr(close + 1));
+    if (rests.empty()) rests.push_back("");
+    for (std::string_view r : split_top(inner)) {
+      r = trim(r);
+      size_t dash = r.find('-');
+      std::string_view lo_s = dash == std::string_view::npos ? r : r.substr(0, dash);
+      std::string_view hi_s = dash == std::string_view::npos ? r : r.substr(dash + 1);
+      long lo = 0, hi = 0;
+      if (!to_int(lo_s, lo) || !to_int(hi_s, hi) || lo < 0 || hi < lo || hi - lo > 100000) {
+        throw CudaMpsError(fmt::format("bad range '{}' in '{}'", r, part));
+      }
+      if (static_cast<size_t>(hi - lo + 1) * rests.size() > kMaxNames - out.size()) {
+        throw CudaMpsError(fmt::format("'{}' expands to more than {} names", expr.substr(0, 80), kMaxNames));
+      }
+      for (long n = lo; n <= hi; ++n) {
+        std::string num = std::to_string(n);
+        if (num.size() < lo_s.size()) num = std::string(lo_s.size() - num.size(), '0') + num;  // zero padding
+        for (const auto& rest : rests) out.push_back(prefix + num + rest);
+      }
+    }
+  }
+  return out;
+}
+
+GresConf parse_gres_conf(std::string_view text, const std::string& node) {
+  GresConf conf;
+  size_t pos = 0;
+  int line_no = 0;
+  std::string pending;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view raw = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (auto hash = raw.find('#'); hash != std::string_view::npos) raw = raw.substr(0, hash);
+    raw = trim(raw);
+    if (!raw.empty() && raw.back() == '\\') {  // continuation
+      pending += std::string(raw.substr(0, raw.size() - 1)) + " ";
+      if (end < text.size()) continue;
+      raw = {};  // a continuation on the last line ends the entry
+    }
+    std::string line = pending + std::string(raw);
+    pending.clear();
+    if (trim(line).empty()) {
+      if (end == text.size()) break;
+      continue;
+    }
+    std::optional<std::string> node_names, name, file, autodetect;
+    size_t p = 0;
+    while (p < line.size()) {
+      while (p < line.size() && std::isspace(static_cast<unsigned char>(line[p]))) ++p;
+      if (p >= line.size()) break;
+      size_t q = line.find_first_of(" \t", p);
+      if (q == std::string::npos) q = line.size();
+      std::string tok = line.substr(p, q - p);
+      p = q;
+      auto eq = tok.find('=');
+      if (eq == std::string::npos) throw CudaMpsError(fmt::format("gres.conf line {}: '{}' is not key=value", line_no, tok));
+      std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
+      std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      if (key == "nodename") node_names = value;
+      else if (key == "name") name = value;
+      else if (key == "file") file = value;
+      else if (key == "autodetect") autodetect = value;
+    }
+    if (node_names) {
+      auto nodes = expand_hostlist(*node_names);
+      if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) {
+        if (end == text.size()) break;
+        continue;
+      }
+    }
+    if (autodetect) conf.autodetect = *autodetect != "off";
+    if (name && *name == "gpu" && file) {
+      for (auto& f : expand_hostlist(*file)) conf.gpu_files.push_back(f);
+    }
+    if (end == text.size()) break;
+  }
+  return conf;
+}
+
+int device_minor(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return -1;
+  return static_cast<int>(minor(st.st_rdev));
+}
+
+std::vector<GresGpuMapping> map_node_gpu_entries(const GresConf& conf, const std::vector<GpuIdentity>& gpus,
+                                                 const std::function<int(const std::string&)>& minor_of) {
+  std::vector<GresGpuMapping> out;
+  if (conf.gpu_files.empty()) {
+    if (!conf.autodetect) {
+      throw CudaMpsError("gres.conf lists no Name=gpu File= entry for this node and AutoDetect is off; "
+                         "add the GPU device files or set gres_conf= to the right file");
+    }
+    std::vector<GpuIdentity> sorted = gpus;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.pci_bus_id < b.pci_bus_id; });
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      out.push_back({static_cast<int>(i), fmt::format("/dev/nvidia{}", sorted[i].minor_number), sorted[i].minor_number,
+                     sorted[i], ""});
+    }
+    return out;
+  }
+  for (size_t i = 0; i < conf.gpu_files.size(); ++i) {
+    GresGpuMapping m;
+    m.gres_index = static_cast<int>(i);
+    m.device = conf.gpu_files[i];
+    m.minor = minor_of(m.device);
+    if (m.minor < 0) {
+      m.problem = fmt::format("GRES gpu index {}: {} is not a character device; fix gres.conf File=", i, m.device);
+    } else {
+      for (const auto& g : gpus) if (g.minor_number == m.minor) m.gpu = g;
+      if (!m.gpu) {
+        m.problem = fmt::format("GRES gpu index {} ({}, minor {}) matches no GPU that nvidia-smi reports; "
+                                "check gres.conf against `nvidia-smi --query-gpu=index,minor_number,uuid --format=csv`",
+                                i, m.device, m.minor);
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<NodeGpu> map_node_gpus(const GresConf& conf, const std::vector<GpuIdentity>& gpus,
+                                   int (*minor_of)(const std::string&)) {
+  std::vector<NodeGpu> out;
+  for (auto& m : map_node_gpu_entries(conf, gpus, minor_of)) {
+    if (!m.problem.empty()) throw CudaMpsError(m.problem);
+    out.push_back({m.gres_index, m.device, m.minor, m.gpu->uuid});
+  }
+  return out;
+}
+
+std::vector<int> parse_gpu_index_list(std::string_view value) {
+  std::vector<int> out;
+  if (trim(value).empty()) return out;
+  for (const auto& e : expand_hostlist(std::string("[") + std::string(trim(value)) + "]")) {
+    long n = 0;
+    if (!to_int(e, n) || n < 0 || n > 4096) throw CudaMpsError(fmt::format("bad GPU index '{}' in '{}'", e, value));
+    out.push_back(static_cast<int>(n));
+  }
+  return out;
+}
+
+}  // namespace unilab::mps

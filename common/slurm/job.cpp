@@ -1,0 +1,512 @@
+#include "common/slurm/job.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "common/slurm/containment.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/slurm/gres.hpp"
+#include "common/mps/safefs.hpp"
+#include "common/mps/topology.hpp"
+
+namespace unilab::mps {
+namespace {
+
+template <typename T>
+T parse_id(const std::optional<std::string>& v, const char* name) {
+  T out{};
+  if (!v || v->empty()) throw CudaMpsError(fmt::format("{} is not set; is this running as a Slurm prolog/epilog?", name));
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+  if (ec != std::errc() || p != v->data() + v->size()) throw CudaMpsError(fmt::format("{}='{}' is not a number", name, *v));
+  return out;
+}
+
+std::string read_gres_conf(const std::string& path) {
+  auto [dir, file] = split_parent(path);
+  Fd d(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d) throw CudaMpsError(fmt::format("cannot open {}: {}; set gres_conf= in plugstack.conf", dir, std::strerror(errno)));
+  auto text = read_file_at(d.get(), file, 4 << 20);
+  if (!text) throw CudaMpsError(fmt::format("{} does not exist; set gres_conf= in plugstack.conf", path));
+  return *text;
+}
+
+std::string describe_indices(const std::vector<int>& v) {
+  std::vector<std::string> s;
+  for (int i : v) s.push_back(std::to_string(i));
+  return join(s, ",");
+}
+
+// Records named for a job on a node, split into the ones every field of
+// which agrees (trusted) and the rest (corrupt, other schema, or naming
+// another job, host or uid): those are never acted on.
+struct JobRecordScan {
+  std::vector<DaemonRecord> trusted;
+  std::vector<RecordProblem> untrusted;
+};
+
+std::string disagreement(const DaemonRecord& r, const std::string& job_id, const std::string& node, std::optional<uid_t> uid,
+                         const std::optional<std::string>& run_dir) {
+  if (r.job_id != job_id || !r.slurm || r.slurm->job_id != job_id) return fmt::format("it does not name job {}", job_id);
+  if (r.host != node || r.slurm->node != node) return fmt::format("it names host '{}', not node {}", r.host, node);
+  if (uid && r.uid != *uid) return fmt::format("it names uid {}, not the job's uid {}", r.uid, *uid);
+  if (run_dir) {
+    // The prolog lays every daemon out as run_dir/<name>/{pipe,log} and owns
+    // exactly run_dir/<name>. Anything else did not come from it, and root
+    // must never remove, or send a daemon's commands to, what it names.
+    const std::string mine = *run_dir + "/" + r.name;
+    if (r.owned_directories != std::vector<std::string>{mine}) {
+      return fmt::format("its owned_directories [{}] are not exactly {}", join(r.owned_directories, ", "), mine);
+    }
+    if (r.pipe_directory != mine + "/pipe" || r.log_directory != mine + "/log") {
+      return fmt::format("its pipe/log directories {} and {} are not {}/pipe and {}/log", r.pipe_directory, r.log_directory, mine,
+                         mine);
+    }
+  }
+  return {};
+}
+
+JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, const std::string& node, std::optional<uid_t> uid,
+                               const std::optional<std::string>& run_dir) {
+  JobRecordScan out;
+  RecordListing listing = store.list(std::nullopt, std::nullopt);
+  for (auto& r : listing.records) {
+    if (!is_job_daemon_name(r.name, job_id, node)) continue;
+    std::string why = disagreement(r, job_id, node, uid, run_dir);
+    if (why.empty()) {
+      out.trusted.push_back(std::move(r));
+    } else {
+      out.untrusted.push_back({record_file_name(r.name), why});
+    }
+  }
+  for (auto& p : listing.problems) {
+    const std::string ext = record_file_name("");
+    if (p.file.ends_with(ext) && is_job_daemon_name(p.file.substr(0, p.file.size() - ext.size()), job_id, node)) {
+      out.untrusted.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+// What the prolog would have recorded for run-dir entry `name`, from the
+// configuration and the job's own (Slurm-given) identity only, as a
+// "starting" record: stop_daemon then finds the daemon through its pid file,
+// verified by /proc (uid and pipe directory), never through a stored pid.
+DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const std::string& name) {
+  DaemonRecord r;
+  r.name = name;
+  r.uid = job.uid;
+  r.gid = job.gid;
+  r.host = job.node;
+  r.topology_mode = kSingleGpu;
+  r.pipe_directory = cfg.run_dir + "/" + name + "/pipe";
+  r.log_directory = cfg.run_dir + "/" + name + "/log";
+  r.state = "starting";
+  r.job_id = job.job_id;
+  r.owned_directories = {cfg.run_dir + "/" + name};
+  return r;
+}
+
+// Stops and removes everything job `job` left on this node (see run_job_epilog).
+void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out) {
+  RecordStore store = slurm_record_store(cfg);
+  JobRecordScan scan;
+  try {
+    scan = scan_job_records(store, job.job_id, job.node, job.uid, cfg.run_dir);
+  } catch (const CudaMpsError& e) {
+    // An untrustworthy state dir must not be acted on, and is the admin's to fix.
+    out.errors.push_back(e.what());
+    return;
+  }
+  std::set<std::string> covered;
+  for (const auto& r : scan.trusted) {
+    covered.insert(r.name);
+    try {
+      DaemonRecord target = r;
+      if (r.state != "starting" && check_identity(r.identity(), s.proc) != Liveness::kLive) {
+        // The recorded process is gone, so its directories are about to be
+        // removed: first make sure no daemon of the job still serves them
+        // under another pid (the /proc proof of a "starting" record).
+        if (auto found = recover_starting_identity(r, s.proc)) {
+          out.warnings.push_back(fmt::format("daemon {}: recorded pid {} is not it, but pid {} serves its pipe directory as uid {} "
+                                             "(pid file + /proc): stopping that one",
+                                             r.name, r.pid, found->pid, r.uid));
+          target.state = "starting";
+        }
+      }
+      StopReport rep = stop_daemon(s, cfg.tools, store, target, cfg.stop_timeout);
+      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("daemon {}: {}", r.name, rep.detail));
+      out.stopped.push_back(std::move(rep));
+    } catch (const StaleCudaMpsDaemonError& e) {
+      out.warnings.push_back(e.what());
+      out.stopped.push_back({r.name, r.pid, "stale", e.what()});
+    } catch (const CudaMpsError& e) {
+      out.errors.push_back(e.what());
+    }
+  }
+  std::map<std::string, std::string> untrusted;  // daemon name -> reason
+  const std::string ext = record_file_name("");
+  for (const auto& p : scan.untrusted) untrusted[p.file.substr(0, p.file.size() - ext.size())] = p.reason;
+
+  std::vector<std::string> entries;
+  try {
+    // A run dir others may write to (even sticky) could hold entries named
+    // for this job that are not the prolog's: refused, never cleaned.
+    if (Fd dir = open_trusted_dir_if_exists(cfg.run_dir, geteuid(), Leaf::kPrivate)) entries = list_dir(dir.get());
+  } catch (const CudaMpsError& e) {
+    out.errors.push_back(fmt::format("cannot look for leftovers of job {} in {}: {}", job.job_id, cfg.run_dir, e.what()));
+  }
+  for (const auto& name : entries) {
+    if (covered.count(name) || !is_job_daemon_name(name, job.job_id, job.node)) continue;
+    auto why = untrusted.find(name);
+    std::string record_note = why == untrusted.end() ? "no record"
+                                                     : fmt::format("record {}/{}{} not trusted: {}", store.root(), name, ext, why->second);
+    try {
+      StopReport rep = stop_daemon(s, cfg.tools, store, orphan_record(cfg, job, name), cfg.stop_timeout);
+      if (rep.outcome == "not-started") {
+        out.warnings.push_back(fmt::format("{}/{} of job {} ({}): no daemon runs there; directory{} removed", cfg.run_dir, name,
+                                           job.job_id, record_note, why == untrusted.end() ? "" : " and record"));
+      } else {
+        out.warnings.push_back(fmt::format("{}/{} of job {} ({}): its daemon pid {} (found through its pid file, verified "
+                                           "uid {} and pipe directory in /proc) stopped: {}; directory{} removed",
+                                           cfg.run_dir, name, job.job_id, record_note, rep.pid, job.uid, rep.outcome,
+                                           why == untrusted.end() ? "" : " and record"));
+      }
+      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("{}: {}", name, rep.detail));
+      out.stopped.push_back(std::move(rep));
+    } catch (const StaleCudaMpsDaemonError& e) {
+      out.warnings.push_back(e.what());
+    } catch (const CudaMpsError& e) {
+      out.errors.push_back(e.what());
+    }
+    if (why != untrusted.end()) untrusted.erase(why);
+  }
+  // Untrusted records without a run-dir entry: nothing of theirs can run.
+  for (const auto& [name, reason] : untrusted) {
+    try {
+      store.remove_file(record_file_name(name));
+      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): never used to signal anything; removed", store.root(),
+                                         name, ext, reason));
+    } catch (const CudaMpsError& e) {
+      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): {}", store.root(), name, ext, reason, e.what()));
+    }
+  }
+}
+
+}  // namespace
+
+Getenv process_getenv() {
+  return [](const char* key) -> std::optional<std::string> {
+    const char* v = std::getenv(key);
+    return v == nullptr ? std::nullopt : std::optional<std::string>(v);
+  };
+}
+
+JobContext job_context_from_env(const Getenv& env) {
+  JobContext j;
+  j.job_id = std::to_string(parse_id<unsigned long>(env("SLURM_JOB_ID"), "SLURM_JOB_ID"));
+  j.uid = parse_id<uid_t>(env("SLURM_JOB_UID"), "SLURM_JOB_UID");
+  j.gid = parse_id<gid_t>(env("SLURM_JOB_GID"), "SLURM_JOB_GID");
+  j.job_gpus = env("SLURM_JOB_GPUS");
+  auto node = env("SLURMD_NODENAME");
+  j.node = node && !node->empty() ? *node : current_host();
+  j.slurm_conf = env("SLURM_CONF");
+  return j;
+}
+
+std::string spank_option_env_name(const std::string& option) {
+  // Slurm: SPANK__SLURM_SPANK_OPTION_<plugin>_<option>, non-alphanumerics -> '_'.
+  std::string name = "SPANK__SLURM_SPANK_OPTION_unilab_mps_" + option;
+  for (size_t i = sizeof("SPANK__SLURM_SPANK_OPTION_") - 1; i < name.size(); ++i) {
+    if (!std::isalnum(static_cast<unsigned char>(name[i]))) name[i] = '_';
+  }
+  return name;
+}
+
+std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginConfig& cfg) {
+  auto mode = env(spank_option_env_name("unilab-mps").c_str());
+  if (!mode) return std::nullopt;
+  JobRequest req;
+  req.mode = parse_mode(mode->c_str());
+  if (auto t = env(spank_option_env_name("unilab-mps-threads").c_str()); t && *t != "(null)") {
+    req.limits.active_thread_percentage = parse_thread_percentage(*t, cfg.max_threads);
+  } else if (cfg.default_threads) {
+    req.limits.active_thread_percentage = cfg.default_threads;
+  }
+  if (auto m = env(spank_option_env_name("unilab-mps-mem").c_str()); m && *m != "(null)") {
+    req.limits.pinned_mem_limit = parse_mem_limit(*m, cfg.max_mem_bytes);
+  }
+  return req;
+}
+
+RecordStore slurm_record_store(const PluginConfig& cfg) { return RecordStore(cfg.state_dir, 0, 0, 0755, 0644); }
+
+std::string job_daemon_name(const std::string& job_id, const std::string& node, const std::string& suffix) {
+  std::string name = fmt::format("job{}.{}.{}", job_id, node, suffix);
+  if (!is_safe_name(name)) {
+    throw CudaMpsError(fmt::format("cannot name a daemon for job {} on node '{}': the node name has unsupported characters",
+                                   job_id, node));
+  }
+  return name;
+}
+
+bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node) {
+  const std::string prefix = fmt::format("job{}.{}.", job_id, node);
+  if (!name.starts_with(prefix)) return false;
+  std::string_view suffix = std::string_view(name).substr(prefix.size());
+  if (suffix == "multi") return true;
+  if (!suffix.starts_with("gpu") || suffix.size() == 3) return false;
+  return std::all_of(suffix.begin() + 3, suffix.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
+                                      std::optional<uid_t> uid, std::vector<std::string>* problems,
+                                      const std::optional<std::string>& run_dir) {
+  JobRecordScan scan = scan_job_records(store, job_id, node, uid, run_dir);
+  if (problems != nullptr) {
+    for (const auto& p : scan.untrusted) problems->push_back(fmt::format("record {}/{} ignored: {}", store.root(), p.file, p.reason));
+  }
+  return std::move(scan.trusted);
+}
+
+std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, const JobContext& job) {
+  if (cfg.contain == "off") return std::nullopt;
+  const std::string conf = job.slurm_conf.value_or("/etc/slurm/slurm.conf");
+  CgroupSite site;
+  try {
+    site = read_cgroup_site(conf);
+  } catch (const CudaMpsError& e) {
+    throw CudaMpsError(fmt::format("cannot tell whether this node confines jobs with cgroups ({}); set SLURM_CONF for slurmd, "
+                                   "or contain=off in plugstack.conf if the site uses no cgroup plugin",
+                                   e.what()));
+  }
+  SystemCgroupFs fs;
+  SystemProcReader proc;
+  return plan_containment(site, cfg.contain, job.uid, job.job_id, proc.cgroup(getpid()).value_or(""), fs);
+}
+
+PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req) {
+  PrologOutcome out;
+  std::vector<int> job_gpus = parse_gpu_index_list(job.job_gpus.value_or(""));
+  if (job_gpus.empty()) {
+    // Not a node failure: the task path tells the user what to request.
+    out.note = fmt::format("job {} asked for MPS but has no GPU on node {}: nothing started", job.job_id, job.node);
+    return out;
+  }
+  GresConf conf = parse_gres_conf(read_gres_conf(gres_conf_path(cfg, job.slurm_conf)), job.node);
+  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools.nvidia_smi);  // the one nvidia-smi call
+  std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus);
+  for (int idx : job_gpus) {
+    if (idx < 0 || static_cast<size_t>(idx) >= node_gpus.size()) {
+      throw CudaMpsError(fmt::format("SLURM_JOB_GPUS names GRES index {} but gres.conf lists {} GPU(s) for node {}", idx,
+                                     node_gpus.size(), job.node));
+    }
+  }
+  RecordStore store = slurm_record_store(cfg);
+  // A requeued job keeps its id: clear what an interrupted earlier run left.
+  EpilogOutcome earlier;
+  clean_job_node(s, cfg, job, earlier);
+  if (!earlier.ok()) {
+    throw CudaMpsError(fmt::format("cannot clear what an earlier run of job {} left: {}", job.job_id, join(earlier.errors, "; ")));
+  }
+  out.warnings = std::move(earlier.warnings);
+  // Decided before anything starts: a node that constrains devices but
+  // cannot put the daemon in the job refuses the job here.
+  std::optional<ContainmentPlan> plan = job_containment_plan(cfg, job);
+  std::vector<std::vector<int>> groups;
+  if (req.mode == "multi") {
+    groups.push_back(job_gpus);
+  } else {
+    for (int idx : job_gpus) groups.push_back({idx});
+  }
+  try {
+    for (const auto& group : groups) {
+      StartRequest sr;
+      sr.name = job_daemon_name(job.job_id, job.node, req.mode == "multi" ? "multi" : fmt::format("gpu{}", group[0]));
+      sr.uid = job.uid;
+      sr.gid = job.gid;
+      sr.host = job.node;
+      sr.topology_mode = group.size() > 1 ? kSingleTaskMultiGpu : (groups.size() > 1 ? kTaskPerGpu : kSingleGpu);
+      for (int idx : group) sr.gpu_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
+      sr.base_directory = cfg.run_dir;
+      sr.job_id = job.job_id;
+      sr.slurm = SlurmBinding{job.job_id, job.node, req.mode, group, node_gpus};
+      sr.limits = req.limits;
+      sr.containment = plan;
+      sr.private_fs = cfg.dir_size;
+      sr.start_timeout = cfg.start_timeout;
+      out.started.push_back(start_daemon(s, cfg.tools, store, sr));
+    }
+    if (plan) {
+      std::vector<ProcessIdentity> ids;
+      for (const auto& r : out.started) ids.push_back(r.identity());
+      bool deferred = false;
+      auto errors = contain_daemons(*plan, job.node, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
+      if (!errors.empty()) {
+        throw CudaMpsError(fmt::format("cannot move job {}'s MPS daemons into the job's cgroup: {}", job.job_id, join(errors, "; ")));
+      }
+      out.warnings.push_back(deferred ? fmt::format("daemons of job {} join cgroup {} once Slurm creates it (tasks wait for that)",
+                                                    job.job_id, plan->job_cgroup)
+                                      : fmt::format("daemons of job {} are in cgroup {}", job.job_id, plan->job_cgroup));
+    }
+  } catch (const CudaMpsError&) {
+    for (const auto& r : out.started) {
+      try {
+        stop_daemon(s, cfg.tools, store, r, cfg.stop_timeout);
+      } catch (const CudaMpsError&) {
+      }
+    }
+    throw;
+  }
+  return out;
+}
+
+EpilogOutcome run_job_epilog(Services& s, const PluginConfig& cfg, const JobContext& job) {
+  EpilogOutcome out;
+  clean_job_node(s, cfg, job, out);
+  return out;
+}
+
+bool SystemDeviceAccess::denied(const std::string& device) {
+  int fd = open(device.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd >= 0) {
+    close(fd);
+    return false;
+  }
+  // ENXIO/ENODEV: allowed, but no driver behind the node (e.g. test devices).
+  return errno == EPERM || errno == EACCES;
+}
+
+TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& records, const TaskContext& task,
+                                         DeviceAccess& devices, ProcReader& proc, bool require_daemon) {
+  if (records.empty()) {
+    // Tasks of an srun-created allocation have SLURM_STEP_GPUS but no
+    // SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES proves nothing (the user's
+    // environment can carry one).
+    if (parse_gpu_index_list(task.job_gpus.value_or("")).empty() && parse_gpu_index_list(task.step_gpus.value_or("")).empty()) {
+      throw CudaMpsError(fmt::format("--unilab-mps needs GPUs, but job {} has none on node {}; request them with --gres=gpu:N or --gpus=N",
+                                     task.job_id, task.node));
+    }
+    throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}: the job prolog failed there (the slurmd log "
+                                   "says why after 'unilab-mps: job {} prolog failed'), or --unilab-mps was given only to srun; "
+                                   "give it to sbatch/salloc (the allocation)",
+                                   task.job_id, task.node, task.job_id));
+  }
+  for (const auto& r : records) {
+    if (!r.slurm) throw CudaMpsError(fmt::format("record {} of job {} has no Slurm binding; it is not the plugin's", r.name, task.job_id));
+  }
+  const std::vector<NodeGpu>& node_gpus = records.front().slurm->node_gpus;
+  std::set<int> job_set;
+  for (const auto& r : records) job_set.insert(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end());
+
+  // Device constraint is active when some GPU device file of the node is denied.
+  std::vector<const NodeGpu*> allowed;
+  bool constrained = false;
+  for (const auto& g : node_gpus) {
+    if (devices.denied(g.device)) {
+      constrained = true;
+    } else {
+      allowed.push_back(&g);
+    }
+  }
+  std::vector<int> task_gpus;
+  auto add = [&](int idx) {
+    if (std::find(task_gpus.begin(), task_gpus.end(), idx) == task_gpus.end()) task_gpus.push_back(idx);
+  };
+  std::optional<std::string> cvd = task.cuda_visible_devices;
+  if (cvd && !cvd->empty()) {
+    for (const auto& e : split_mask(*cvd)) {
+      if (looks_like_gpu_uuid(e)) {  // already rewritten (nested step): map back by UUID
+        auto it = std::find_if(node_gpus.begin(), node_gpus.end(),
+                               [&](const auto& g) { return canonicalize_gpu_uuid(g.uuid) == canonicalize_gpu_uuid(e); });
+        if (it == node_gpus.end()) throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES entry {} is not a GPU of node {}", e, task.node));
+        add(it->gres_index);
+        continue;
+      }
+      int n = -1;
+      auto [p, ec] = std::from_chars(e.data(), e.data() + e.size(), n);
+      if (ec != std::errc() || p != e.data() + e.size() || n < 0) {
+        throw CudaMpsError(fmt::format("cannot interpret CUDA_VISIBLE_DEVICES entry '{}' set by Slurm", e));
+      }
+      if (constrained) {
+        if (static_cast<size_t>(n) >= allowed.size()) {
+          throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES entry {} exceeds the {} GPU device(s) this task may open", n,
+                                         allowed.size()));
+        }
+        add(allowed[static_cast<size_t>(n)]->gres_index);
+      } else {
+        add(n);
+      }
+    }
+  } else if (constrained) {
+    for (const auto* g : allowed) add(g->gres_index);
+  } else {
+    auto list = parse_gpu_index_list(task.step_gpus && !task.step_gpus->empty() ? *task.step_gpus : task.job_gpus.value_or(""));
+    for (int n : list) add(n);
+  }
+  if (task_gpus.empty()) {
+    throw CudaMpsError(fmt::format("this task of job {} has no GPU on node {}; request GPUs for the step (e.g. --gres=gpu:1)",
+                                   task.job_id, task.node));
+  }
+  for (int idx : task_gpus) {
+    if (!job_set.count(idx)) {
+      throw CudaMpsError(fmt::format("the task's GPU (GRES index {}) is not one of job {}'s GPUs on node {}", idx, task.job_id,
+                                     task.node));
+    }
+  }
+  std::vector<std::string> uuids;
+  for (int idx : task_gpus) {
+    auto it = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const auto& g) { return g.gres_index == idx; });
+    if (it == node_gpus.end()) throw CudaMpsError(fmt::format("GRES index {} is missing from job {}'s GPU table", idx, task.job_id));
+    uuids.push_back(it->uuid);
+  }
+  TaskEnvironment env;
+  env.gres_indices = task_gpus;
+  std::set<int> want(task_gpus.begin(), task_gpus.end());
+  const DaemonRecord* hit = nullptr;
+  for (const auto& r : records) {
+    if (std::set<int>(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end()) == want) hit = &r;
+  }
+  if (hit == nullptr && !require_daemon) {
+    env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")}};
+    env.note = fmt::format("no single daemon serves GPU(s) {}; the job's sruns bind each task to its daemon",
+                           describe_indices(task_gpus));
+    return env;
+  }
+  if (hit == nullptr) {
+    const std::string& mode = records.front().slurm->mode;
+    if (mode == "multi") {
+      throw CudaMpsError(fmt::format("this task uses GPU(s) {} but --unilab-mps=multi runs one daemon for all of the job's GPUs "
+                                     "on the node ({}); use --unilab-mps (one daemon per GPU) with --gpus-per-task=1, or give "
+                                     "every task all the GPUs",
+                                     describe_indices(task_gpus), describe_indices(std::vector<int>(job_set.begin(), job_set.end()))));
+    }
+    throw CudaMpsError(fmt::format("this task uses {} GPUs ({}) but --unilab-mps runs one daemon per GPU; use --unilab-mps=multi "
+                                   "for multi-GPU tasks, or --gpus-per-task=1",
+                                   task_gpus.size(), describe_indices(task_gpus)));
+  }
+  if (!daemon_process_is_live(*hit, proc)) {
+    throw CudaMpsError(fmt::format("the MPS daemon of job {} for GPU(s) {} (pid {}) is no longer running; see {}/control.log",
+                                   task.job_id, describe_indices(task_gpus), hit->pid, hit->log_directory));
+  }
+  env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")},
+             {"CUDA_MPS_PIPE_DIRECTORY", hit->pipe_directory},
+             {"CUDA_MPS_LOG_DIRECTORY", hit->log_directory}};
+  env.daemon_name = hit->name;
+  env.daemon_pid = hit->pid;
+  env.containment = hit->containment;
+  return env;
+}
+
+}  // namespace unilab::mps

@@ -1,0 +1,151 @@
+// The Slurm job logic of unilab-mps, free of Slurm headers so the SPANK
+// plugin, the standalone prolog/epilog helpers and the tests share it:
+// job prolog (start the job's daemons), task environment (from the records
+// alone), job epilog (stop exactly the job's daemons).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/mps/daemon.hpp"
+#include "common/mps/record.hpp"
+#include "common/slurm/slurm_config.hpp"
+
+namespace unilab::mps {
+
+using Getenv = std::function<std::optional<std::string>(const char*)>;
+Getenv process_getenv();
+
+// What Slurm gives a prolog/epilog (no PATH, no HOME there).
+struct JobContext {
+  std::string job_id;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::optional<std::string> job_gpus;    // SLURM_JOB_GPUS (GRES indices)
+  std::string node;                       // SLURMD_NODENAME, else the host name
+  std::optional<std::string> slurm_conf;  // SLURM_CONF
+};
+// Throws CudaMpsError naming a missing or malformed variable.
+JobContext job_context_from_env(const Getenv& env);
+
+// The job's request as the option(s) carried it.
+struct JobRequest {
+  std::string mode = "auto";  // auto | multi
+  MpsLimits limits;
+};
+
+// Reads the option from the env-var fallback Slurm sets for prolog/epilog
+// (`SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps`; a flag without value
+// arrives as "(null)"). nullopt when the job did not ask for MPS.
+std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginConfig& cfg);
+std::string spank_option_env_name(const std::string& option);
+
+// The records store of the Slurm side: root-owned, world-readable records
+// (the task path reads them as the job user).
+RecordStore slurm_record_store(const PluginConfig& cfg);
+
+// Record names: job<ID>.<node>.gpu<GRES index> (auto) or job<ID>.<node>.multi.
+std::string job_daemon_name(const std::string& job_id, const std::string& node, const std::string& suffix);
+// Whether `name` is one of those names for job `job_id` on `node` (exactly:
+// node "n1" never matches a daemon of node "n1.x").
+bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node);
+
+// Where this job's daemons must live on this node (slurm.conf and
+// cgroup.conf beside SLURM_CONF); nullopt when the node does not confine
+// jobs with cgroups or contain=off. Throws CudaMpsError when the node
+// constrains devices but cannot put the daemon in the job.
+std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, const JobContext& job);
+
+struct PrologOutcome {
+  std::vector<DaemonRecord> started;
+  std::string note;                   // e.g. "job has no GPU on this node: nothing started"
+  std::vector<std::string> warnings;  // what an earlier run of a requeued job left, cleaned first
+};
+// Starts the job's daemons on this node as the job user: one nvidia-smi call,
+// one daemon per job GPU (auto) or one for all (multi). What an earlier run
+// of the same (requeued) job left is cleaned first, as the epilog would. Any
+// failure stops what was started, removes dirs/records, and throws CudaMpsError.
+PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req);
+
+struct EpilogOutcome {
+  std::vector<StopReport> stopped;
+  std::vector<std::string> warnings;  // stale or untrusted records, orphans, leftover dirs: logged, not fatal
+  std::vector<std::string> errors;    // a daemon that survived SIGKILL: the node should drain
+  bool ok() const { return errors.empty(); }
+};
+// Stops every daemon of this job on this node, whether or not the option is
+// visible; idempotent; nothing to do where no prolog ran. Two sources, one
+// proof each:
+//  - trusted records (name, job id, node and the job's uid all agree):
+//    stop_daemon, identity-checked;
+//  - run-dir entries named for the job that no trusted record covers (the
+//    record is corrupt, of another schema, names another uid or host, or was
+//    never written): the daemon is found from the pid file in the entry's
+//    pipe directory and accepted only when /proc shows it runs as the job's
+//    uid with exactly that CUDA_MPS_PIPE_DIRECTORY (the proof a "starting"
+//    record uses); then it is stopped the same way.
+// A record is untrusted also when it is not the store owner's file, or
+// names directories other than run_dir/<name> (see job_records). An
+// untrusted record file is never used to signal anything and nothing it
+// names is removed; it is reported (reason in the warning) and removed with
+// the job's run-dir entry, since nothing else would ever clean it.
+EpilogOutcome run_job_epilog(Services& s, const PluginConfig& cfg, const JobContext& job);
+
+// Whether the task may open a device file (cgroup device constraint denies
+// with EPERM). Abstract so it can be mocked out for tests.
+class DeviceAccess {
+ public:
+  virtual ~DeviceAccess() = default;
+  virtual bool denied(const std::string& device) = 0;
+};
+class SystemDeviceAccess final : public DeviceAccess {
+ public:
+  bool denied(const std::string& device) override;
+};
+
+struct TaskContext {
+  std::string job_id;
+  uid_t uid = 0;
+  std::string node;
+  std::optional<std::string> cuda_visible_devices;  // as Slurm set it for the task
+  std::optional<std::string> step_gpus;             // SLURM_STEP_GPUS
+  std::optional<std::string> job_gpus;              // SLURM_JOB_GPUS
+};
+
+struct TaskEnvironment {
+  std::vector<std::pair<std::string, std::string>> set;  // CUDA_VISIBLE_DEVICES, CUDA_MPS_*
+  std::string daemon_name;                               // empty when no daemon was required and none fits
+  std::vector<int> gres_indices;
+  std::string note;                                      // why no daemon, when daemon_name is empty
+  pid_t daemon_pid = 0;
+  std::optional<ContainmentPlan> containment;            // where the daemon must be before the task may use it
+};
+
+// Chooses the task's GPUs and the one daemon that serves exactly them, from
+// the job's records alone (no nvidia-smi here). Without device constraint
+// the task's CUDA_VISIBLE_DEVICES holds GRES indices; with ConstrainDevices
+// it holds local positions among the device files the task may open (in GRES
+// order), and SLURM_STEP_GPUS can be wrong per task (seen live), so the
+// device files decide. Throws CudaMpsError with the option or binding that
+// would fit. With `require_daemon` false (the batch script, which holds every
+// GPU of the job and launches the real tasks with srun), a task that no
+// daemon serves exactly still gets UUID visibility and no pipe directory.
+TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& job_records, const TaskContext& task,
+                                         DeviceAccess& devices, ProcReader& proc, bool require_daemon = true);
+
+// The job's trusted records on this node: named for the job and node, and
+// job id, node (host) and - when given - uid all agree; with `run_dir`, its
+// owned_directories are also exactly run_dir/<name> and its pipe/log
+// directories run_dir/<name>/{pipe,log} (the epilog always checks this).
+// Records named for the job that are corrupt or disagree are never returned;
+// `problems` gets one line for each.
+std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
+                                      std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr,
+                                      const std::optional<std::string>& run_dir = std::nullopt);
+
+}  // namespace unilab::mps

@@ -1,0 +1,136 @@
+// `unilab-mps doctor --node`: is this Slurm node ready for --unilab-mps jobs,
+// and if not, why? Reads slurm.conf, plugstack.conf (with its includes), the
+// plugin's arguments, gres.conf, the slurmd process and the NVIDIA tools;
+// changes nothing. Everything the machine tells goes through NodeProbe and
+// CommandRunner, so the checks are functions of what they read (unit-tested).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/mps/runner.hpp"
+#include "common/mps/status.hpp"
+
+namespace unilab::mps {
+
+struct FileFacts {
+  bool exists = false;
+  bool is_symlink = false;  // the path itself (lstat)
+  bool is_dir = false;      // the rest follows a symlink
+  bool is_regular = false;
+  uid_t uid = 0;
+  mode_t mode = 0;          // permission bits (incl. sticky)
+  double mtime = 0;         // seconds since the epoch
+};
+
+// What connect(2) on a UNIX socket path says.
+enum class SocketState { kMissing, kNotSocket, kListening, kRefused, kDenied };
+
+// The machine as the node doctor sees it. Abstract so it can be mocked out for tests.
+class NodeProbe {
+ public:
+  virtual ~NodeProbe() = default;
+  // Whole file (bounded); nullopt when missing or unreadable.
+  virtual std::optional<std::string> read_file(const std::string& path) = 0;
+  virtual FileFacts stat(const std::string& path) = 0;
+  // glob(3) matches, sorted; none is an empty list.
+  virtual std::vector<std::string> glob(const std::string& pattern) = 0;
+  virtual bool executable(const std::string& path) = 0;
+  // Minor number of a character device; -1 otherwise.
+  virtual int device_minor(const std::string& path) = 0;
+  // /proc/PID/comm and the start time (wall clock, seconds); nullopt when gone.
+  virtual std::optional<std::string> process_name(pid_t pid) = 0;
+  virtual std::optional<double> process_start_time(pid_t pid) = 0;
+  virtual SocketState probe_socket(const std::string& path) = 0;
+  virtual std::string hostname() = 0;  // short host name
+};
+
+class SystemNodeProbe final : public NodeProbe {
+ public:
+  std::optional<std::string> read_file(const std::string& path) override;
+  FileFacts stat(const std::string& path) override;
+  std::vector<std::string> glob(const std::string& pattern) override;
+  bool executable(const std::string& path) override;
+  int device_minor(const std::string& path) override;
+  std::optional<std::string> process_name(pid_t pid) override;
+  std::optional<double> process_start_time(pid_t pid) override;
+  SocketState probe_socket(const std::string& path) override;
+  std::string hostname() override;
+};
+
+// slurm.conf (and the files it includes), as far as the doctor needs it.
+struct SlurmConf {
+  std::string path;
+  std::vector<std::string> files;                          // every file read
+  std::map<std::string, std::string> values;               // lowercase key -> value (last one wins)
+  std::vector<std::map<std::string, std::string>> nodes;   // NodeName= lines, lowercase keys
+  std::vector<std::string> problems;                       // unreadable includes
+  std::optional<std::string> get(const std::string& lowercase_key) const;
+};
+// Throws CudaMpsError when `path` cannot be read.
+SlurmConf read_slurm_conf(NodeProbe& probe, const std::string& path);
+
+// One `required`/`optional` line of plugstack.conf.
+struct PlugstackEntry {
+  std::string file;
+  int line = 0;
+  std::string kind;      // required | optional
+  std::string path;      // as written
+  std::string resolved;  // absolute path; a relative one looked up in PluginDir; empty: not found
+  std::vector<std::string> args;
+};
+
+struct Plugstack {
+  std::string path;
+  std::vector<std::string> files;      // every file read, in Slurm's order
+  std::vector<PlugstackEntry> entries;
+  std::vector<std::string> includes;   // "FILE:LINE: include PATTERN (N files)"
+  std::vector<std::string> problems;   // lines Slurm ignores, unreadable files
+};
+// Reads plugstack.conf the way Slurm 22.05 does (src/common/plugstack.c):
+// `#` comments, `required|optional PATH ARGS...`, `include GLOB` relative to
+// the including file's directory; a missing top file is an empty stack.
+Plugstack read_plugstack(NodeProbe& probe, const std::string& path, const std::vector<std::string>& plugin_dirs);
+
+// Expands %n (node name) and %h (host name) as slurmd does in SlurmdPidFile.
+std::string expand_node_pattern(const std::string& pattern, const std::string& node, const std::string& host);
+
+struct NodeDoctorOptions {
+  std::string slurm_conf = "/etc/slurm/slurm.conf";
+  std::optional<std::string> node;                    // Slurm node name; default: from slurm.conf and the host name
+  std::string default_plugin_dir;                     // Slurm's PluginDir when slurm.conf sets none
+  std::string default_slurmd_pid_file = "/var/run/slurmd.pid";
+  double mtime_slack_s = 0.1;                         // /proc start times have clock-tick resolution
+};
+
+// One row of the node's GPU table: GRES index -> device -> minor -> nvidia-smi index -> UUID.
+struct NodeGpuRow {
+  int gres_index = -1;
+  std::string device;
+  int minor = -1;
+  std::optional<int> nvidia_smi_index;
+  std::string uuid;
+  std::string problem;  // empty when the GPU maps
+  nlohmann::json to_json() const;
+};
+
+struct NodeDoctorReport {
+  std::string node;
+  std::string slurm_conf;
+  std::vector<DoctorCheck> checks;  // status ok | warn | fail
+  std::vector<NodeGpuRow> gpus;
+  bool ok() const;
+  nlohmann::json to_json() const;
+  // The human table: one line per check, then the GPU table, then ready / not ready.
+  std::string to_text() const;
+};
+
+NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& options);
+
+}  // namespace unilab::mps

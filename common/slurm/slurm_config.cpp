@@ -1,0 +1,159 @@
+#include "common/slurm/slurm_config.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "common/mps/errors.hpp"
+#include "common/mps/mps_control.hpp"
+#include "common/mps/safefs.hpp"
+
+namespace unilab::mps {
+namespace {
+
+std::string absolute_path(const std::string& key, const std::string& value) {
+  if (value.empty() || value[0] != '/' || value.find("/../") != std::string::npos || value.ends_with("/..")) {
+    throw CudaMpsError(fmt::format("plugin argument {}={}: needs a normalized absolute path", key, value));
+  }
+  return value;
+}
+
+std::chrono::milliseconds seconds(const std::string& key, const std::string& value) {
+  char* end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || end == value.c_str() || *end != '\0' || !(v > 0) || v > 3600) {
+    throw CudaMpsError(fmt::format("plugin argument {}={}: needs seconds in (0, 3600]", key, value));
+  }
+  return std::chrono::milliseconds(static_cast<long>(std::llround(v * 1000)));
+}
+
+}  // namespace
+
+PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
+  PluginConfig cfg;
+  for (const auto& arg : args) {
+    auto eq = arg.find('=');
+    if (eq == std::string::npos) {
+      throw CudaMpsError(fmt::format("plugin argument '{}' is not key=value (known keys: state_dir, run_dir, nvidia_smi, "
+                                     "mps_control, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
+                                     arg));
+    }
+    std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
+    if (key == "state_dir") {
+      cfg.state_dir = absolute_path(key, value);
+    } else if (key == "run_dir") {
+      cfg.run_dir = absolute_path(key, value);
+    } else if (key == "nvidia_smi") {
+      cfg.tools.nvidia_smi = absolute_path(key, value);
+    } else if (key == "mps_control") {
+      cfg.tools.mps_control = absolute_path(key, value);
+    } else if (key == "gres_conf") {
+      cfg.gres_conf = absolute_path(key, value);
+    } else if (key == "start_timeout") {
+      cfg.start_timeout = seconds(key, value);
+    } else if (key == "stop_timeout") {
+      cfg.stop_timeout = seconds(key, value);
+    } else if (key == "max_threads") {
+      cfg.max_threads = parse_thread_percentage(value, std::nullopt);
+    } else if (key == "default_threads") {
+      cfg.default_threads = parse_thread_percentage(value, std::nullopt);
+    } else if (key == "max_mem") {
+      cfg.max_mem_bytes = parse_size_bytes(value);
+    } else if (key == "dir_size") {
+      if (value == "off") {
+        cfg.dir_size.reset();
+      } else {
+        unsigned long long bytes = parse_size_bytes(value);
+        if (bytes < (1ULL << 20)) throw CudaMpsError(fmt::format("plugin argument dir_size={}: give at least 1M, or off", value));
+        cfg.dir_size = PrivateFsLimits{bytes, PrivateFsLimits{}.inodes};
+      }
+    } else if (key == "contain") {
+      if (value != "auto" && value != "off") {
+        throw CudaMpsError(fmt::format("plugin argument contain={}: use auto (the daemon joins the job's cgroup where the "
+                                       "site uses cgroups) or off",
+                                       value));
+      }
+      cfg.contain = value;
+    } else {
+      throw CudaMpsError(fmt::format("unknown plugin argument '{}' (known keys: state_dir, run_dir, nvidia_smi, mps_control, "
+                                     "gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
+                                     key));
+    }
+  }
+  if (cfg.default_threads && cfg.max_threads && *cfg.default_threads > *cfg.max_threads) {
+    throw CudaMpsError("plugin argument default_threads exceeds max_threads");
+  }
+  // The longest pipe path we create must fit a UNIX socket address:
+  // <run_dir>/job<id>.<node>.gpuNN/pipe/control with generous id/node room.
+  check_control_path_length(cfg.run_dir + "/job0000000000.nodename-0000000000000000.gpu000/pipe");
+  return cfg;
+}
+
+std::string parse_mode(const char* value) {
+  if (value == nullptr) return "auto";
+  std::string v = value;
+  if (v.empty() || v == "(null)" || v == "auto") return "auto";
+  if (v == "multi") return "multi";
+  std::string shown = v.size() > 40 ? v.substr(0, 40) + "..." : v;
+  for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  throw CudaMpsError(fmt::format("invalid --unilab-mps value '{}': use --unilab-mps (one daemon per GPU) or --unilab-mps=multi "
+                                 "(one daemon for all the job's GPUs on a node)",
+                                 shown));
+}
+
+double parse_thread_percentage(const std::string& value, const std::optional<double>& site_max) {
+  if (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) {
+    throw CudaMpsError(fmt::format("invalid MPS thread percentage '{}': give a number in (0, 100]", value.substr(0, 40)));
+  }
+  char* end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || end == value.c_str() || *end != '\0' || !(v > 0) || v > 100 || !std::isfinite(v)) {
+    throw CudaMpsError(fmt::format("invalid MPS thread percentage '{}': give a number in (0, 100]", value.substr(0, 40)));
+  }
+  if (site_max && v > *site_max) {
+    throw CudaMpsError(fmt::format("MPS thread percentage {} exceeds this site's maximum {}; ask for at most {}", value, *site_max,
+                                   *site_max));
+  }
+  return v;
+}
+
+unsigned long long parse_size_bytes(const std::string& value) {
+  size_t i = 0;
+  while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
+  std::string digits = value.substr(0, i), unit = value.substr(i);
+  unsigned long long mult = 1;
+  if (unit == "" ) mult = 1;
+  else if (unit == "K" || unit == "k") mult = 1ULL << 10;
+  else if (unit == "M" || unit == "m") mult = 1ULL << 20;
+  else if (unit == "G" || unit == "g") mult = 1ULL << 30;
+  else if (unit == "T" || unit == "t") mult = 1ULL << 40;
+  else digits.clear();
+  if (digits.empty() || digits.size() > 15) {
+    throw CudaMpsError(fmt::format("invalid memory size '{}': give an integer with an optional K, M, G or T suffix (e.g. 8G)",
+                                   value.substr(0, 40)));
+  }
+  unsigned long long n = std::stoull(digits);
+  if (n > ~0ULL / mult) throw CudaMpsError(fmt::format("invalid memory size '{}': too large", value.substr(0, 40)));
+  if (n == 0) throw CudaMpsError("invalid memory size 0: give a positive size such as 8G");
+  return n * mult;
+}
+
+std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max) {
+  unsigned long long bytes = parse_size_bytes(value);
+  if (site_max && bytes > *site_max) {
+    throw CudaMpsError(fmt::format("MPS memory limit {} exceeds this site's maximum of {} MiB", value, *site_max >> 20));
+  }
+  // MPS takes M/G suffixes; express the value in whole MiB (rounded up).
+  unsigned long long mib = (bytes + (1ULL << 20) - 1) >> 20;
+  return fmt::format("{}M", mib);
+}
+
+std::string gres_conf_path(const PluginConfig& cfg, const std::optional<std::string>& slurm_conf) {
+  if (cfg.gres_conf) return *cfg.gres_conf;
+  if (slurm_conf && !slurm_conf->empty() && (*slurm_conf)[0] == '/') return split_parent(*slurm_conf).first + "/gres.conf";
+  return "/etc/slurm/gres.conf";
+}
+
+}  // namespace unilab::mps
