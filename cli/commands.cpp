@@ -202,7 +202,7 @@ int cmd_doctor(Context& c, const ParsedArgs& a) {
   if (c.json) {
     print_json(rep.to_json());
   } else {
-    for (const auto& ch : rep.checks) fmt::print("[{:<4}] {:<20} {}\n", ch.status, ch.name, ch.detail);
+    for (const auto& ch : rep.checks) fmt::print("[{:<4}] {:<20} {}\n", to_string(ch.status), ch.name, ch.detail);
     fmt::print("{}\n", rep.ok() ? "ready" : "not ready");
   }
   return rep.ok() ? kExitOk : kExitNotReady;

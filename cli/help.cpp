@@ -196,7 +196,7 @@ std::string man_page() {
   out += ".SH EXIT STATUS\n";
   for (const auto& c : exit_codes_help()) out += ".TP\n.B " + roff(c.option) + "\n" + roff(c.text) + "\n";
   out += ".SH ENVIRONMENT\n"
-         ".TP\n.B SLURM_CONF\nslurm.conf for doctor \\-\\-node (default /etc/slurm/slurm.conf)\n"
+         ".TP\n.B SLURM_CONF\nslurm.conf for doctor \\-\\-node (default /etc/slurm/slurm.conf when it exists, else the configless cache /run/slurm/conf/slurm.conf)\n"
          ".TP\n.B SLURMD_NODENAME\nthe Slurm node name for status \\-\\-job and doctor \\-\\-node\n"
          ".TP\n.B CUDA_VISIBLE_DEVICES\nthe GPUs start, status and doctor consider\n"
          ".TP\n.B CUDA_MPS_PIPE_DIRECTORY\nthe pipe directory status and probe inspect\n";

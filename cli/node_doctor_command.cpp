@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "common/slurm/node_doctor.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 
 #ifndef UNILAB_MPS_SLURM_PLUGIN_DIR
 #define UNILAB_MPS_SLURM_PLUGIN_DIR "/usr/lib/x86_64-linux-gnu/slurm-wlm"
@@ -16,8 +17,7 @@ int cmd_node_doctor(const ParsedArgs& a, bool json) {
   if (!a.has("--node")) throw UsageError("--node-name and --slurm-conf go with `doctor --node`");
   if (!a.positional.empty()) throw UsageError("`doctor --node` checks the whole node and takes no SELECTOR");
   NodeDoctorOptions opt;
-  const char* env_conf = std::getenv("SLURM_CONF");
-  opt.slurm_conf = a.value("--slurm-conf").value_or(env_conf != nullptr && *env_conf ? env_conf : "/etc/slurm/slurm.conf");
+  opt.slurm_conf = a.value("--slurm-conf").value_or(locate_slurm_conf().path);
   if (opt.slurm_conf.empty() || opt.slurm_conf[0] != '/') throw UsageError("--slurm-conf needs an absolute path");
   if (auto n = a.value("--node-name")) {
     opt.node = *n;

@@ -147,25 +147,25 @@ CudaProcessSharingEvidence record_ambient(const std::string& learner_device,
   return ev;
 }
 
-CudaProcessSharingEvidence validate_mps(const std::string& learner_device,
-                                        const std::optional<std::string>& collector_device, const std::string& backend,
-                                        int rank, int world_size, CudaDeviceResolver& devices, CommandRunner& runner,
-                                        const ProbeHost& host) {
-  // 1. rank / world size
+// 1. rank / world size
+void require_single_host_rank(int rank, int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     unmet("a valid rank and world size",
           fmt::format("rank {} with world size {} is not a single-host rank (need world_size >= 1 and 0 <= rank < "
                       "world_size); pass this rank's index and the number of ranks on this host",
                       rank, world_size));
   }
-  // 2. learner device
+}
+
+// 2. learner device, 3. collector device bound by the backend: both CUDA.
+void require_cuda_devices(const std::string& learner_device, const std::optional<std::string>& collector_device,
+                          const std::string& backend) {
   if (!parse_cuda_device_index(learner_device)) {
     unmet("a CUDA learner device",
           fmt::format("learner device '{}' is not a CUDA device; run the learner on `cuda` or `cuda:N`, or leave "
                       "cuda_process_sharing unset",
                       printable(learner_device)));
   }
-  // 3. collector device bound by the backend
   if (!collector_device) {
     unmet("a CUDA collector device",
           fmt::format("backend '{}' binds no collector device; use a backend whose collector runs on the learner's "
@@ -178,112 +178,144 @@ CudaProcessSharingEvidence validate_mps(const std::string& learner_device,
                       "the learner's CUDA device, or leave cuda_process_sharing unset",
                       printable(backend), printable(*collector_device)));
   }
-  // 4. one physical GPU
-  auto resolve = [&](const std::string& role, const std::string& device) {
-    std::optional<std::string> uuid;
-    try {
-      uuid = devices.uuid_for(device);
-    } catch (const CudaMpsError& e) {
-      unmet("learner and collector on one GPU",
-            fmt::format("cannot resolve {} device '{}' to a GPU UUID ({}); fix GPU discovery first", role,
-                        printable(device), e.what()));
-    }
-    if (!uuid) {
-      unmet("learner and collector on one GPU",
-            fmt::format("{} device '{}' names no GPU visible to this process (CUDA_VISIBLE_DEVICES={}); use a device "
-                        "index below the number of visible GPUs",
-                        role, printable(device), printable(host.env("CUDA_VISIBLE_DEVICES").value_or("(unset)"))));
-    }
-    return display_or_raw(*uuid);
-  };
-  std::string learner_uuid = resolve("learner", learner_device);
-  std::string collector_uuid = resolve("collector", *collector_device);
-  if (!same_gpu(learner_uuid, collector_uuid)) {
+}
+
+// 4. a device's GPU UUID (display form).
+std::string require_gpu_uuid(CudaDeviceResolver& devices, const ProbeHost& host, const std::string& role,
+                             const std::string& device) {
+  std::optional<std::string> uuid;
+  try {
+    uuid = devices.uuid_for(device);
+  } catch (const CudaMpsError& e) {
     unmet("learner and collector on one GPU",
-          fmt::format("learner '{}' is {} but collector '{}' is {}; put both on the same GPU (MPS shares one GPU "
-                      "between them)",
-                      printable(learner_device), learner_uuid, printable(*collector_device), collector_uuid));
+          fmt::format("cannot resolve {} device '{}' to a GPU UUID ({}); fix GPU discovery first", role, printable(device),
+                      e.what()));
   }
-  // 5. an effective control pipe that is a socket
-  auto pipe_env = host.env("CUDA_MPS_PIPE_DIRECTORY");
-  std::string pipe = effective_pipe_directory(pipe_env);
-  if (pipe.empty() || pipe[0] != '/') {
+  if (!uuid) {
+    unmet("learner and collector on one GPU",
+          fmt::format("{} device '{}' names no GPU visible to this process (CUDA_VISIBLE_DEVICES={}); use a device "
+                      "index below the number of visible GPUs",
+                      role, printable(device), printable(host.env("CUDA_VISIBLE_DEVICES").value_or("(unset)"))));
+  }
+  return display_or_raw(*uuid);
+}
+
+// 5. an effective control pipe that is a socket.
+struct ControlPipe {
+  std::optional<std::string> env;  // CUDA_MPS_PIPE_DIRECTORY
+  std::string dir;                 // effective pipe directory
+  std::string control;             // <dir>/control
+  std::string kind;                // control_pipe_kind
+};
+
+ControlPipe require_control_socket(const ProbeHost& host) {
+  ControlPipe p;
+  p.env = host.env("CUDA_MPS_PIPE_DIRECTORY");
+  p.dir = effective_pipe_directory(p.env);
+  if (p.dir.empty() || p.dir[0] != '/') {
     unmet("an MPS control pipe",
-          fmt::format("CUDA_MPS_PIPE_DIRECTORY '{}' is not an absolute path; export the daemon's absolute pipe "
-                      "directory",
-                      printable(pipe)));
+          fmt::format("CUDA_MPS_PIPE_DIRECTORY '{}' is not an absolute path; export the daemon's absolute pipe directory",
+                      printable(p.dir)));
   }
   try {
-    check_control_path_length(pipe);
+    check_control_path_length(p.dir);
   } catch (const CudaMpsError& e) {
     unmet("an MPS control pipe", printable(e.what()));
   }
-  std::string control = pipe + "/control";
-  std::string kind = control_pipe_kind(control);
-  if (kind == "missing") {
+  p.control = p.dir + "/control";
+  p.kind = control_pipe_kind(p.control);
+  if (p.kind == "missing") {
     unmet("an MPS control pipe",
-          fmt::format("{} does not exist, so no MPS control daemon serves pipe directory {}; {}", printable(control),
-                      printable(pipe), kStartHint));
+          fmt::format("{} does not exist, so no MPS control daemon serves pipe directory {}; {}", printable(p.control),
+                      printable(p.dir), kStartHint));
   }
-  if (kind != "socket") {
+  if (p.kind != "socket") {
     unmet("an MPS control pipe",
-          fmt::format("{} is {}, not a socket; remove it and {}", printable(control),
-                      kind == "fifo" ? "a FIFO" : "another kind of file", kStartHint));
+          fmt::format("{} is {}, not a socket; remove it and {}", printable(p.control),
+                      p.kind == "fifo" ? "a FIFO" : "another kind of file", kStartHint));
   }
-  // 6. a daemon of this user answering through it
+  return p;
+}
+
+// 6. a daemon of this user answering through the pipe; its pid.
+pid_t require_own_daemon(CommandRunner& runner, const ProbeHost& host, const ControlPipe& p) {
   MpsControl mps(runner, host.mps_control);
-  MpsEndpoint ep = endpoint_for(host, pipe);
+  MpsEndpoint ep = endpoint_for(host, p.dir);
   if (!mps.answers(ep, host.query_timeout)) {
     // Diagnostics only: one more query for the front end's own words.
     CommandResult r = mps.send(ep, "get_server_list", host.query_timeout);
     std::string reason = r.first_output_line();
     if (reason.empty()) reason = r.describe();
     unmet("an answering MPS control daemon",
-          fmt::format("`get_server_list` through {} failed ({}); the socket may be stale; {}", printable(control),
+          fmt::format("`get_server_list` through {} failed ({}); the socket may be stale; {}", printable(p.control),
                       printable(reason), kStartHint));
   }
   std::string why;
-  auto pid = read_daemon_pid(pipe, host.uid, &why);
+  auto pid = read_daemon_pid(p.dir, host.uid, &why);
   if (!pid) {
     unmet("an answering MPS control daemon",
-          fmt::format("cannot tell which process answers on {}: {}; {}", printable(control), printable(why), kStartHint));
+          fmt::format("cannot tell which process answers on {}: {}; {}", printable(p.control), printable(why), kStartHint));
   }
   auto st = live_stat(host.proc, *pid);
   if (!st) {
     unmet("an answering MPS control daemon",
-          fmt::format("pid {} from {}/{} is not running; {}", *pid, printable(pipe), kPidFileName, kStartHint));
+          fmt::format("pid {} from {}/{} is not running; {}", *pid, printable(p.dir), kPidFileName, kStartHint));
   }
   if (st->uid != host.uid) {
     unmet("an MPS control daemon of your own",
           fmt::format("the daemon on {} (pid {}) runs as uid {}, not as uid {}; start your own daemon with "
                       "`unilab-mps start` and `eval \"$(unilab-mps env)\"`",
-                      printable(control), *pid, st->uid, host.uid));
+                      printable(p.control), *pid, st->uid, host.uid));
   }
-  // 7. the daemon serves the learner's GPU
-  if (auto mask = host.proc.environ_value(*pid, "CUDA_VISIBLE_DEVICES")) {
-    std::vector<std::string> served;
-    try {
-      served = resolve_mps_visibility_entries(split_mask(*mask), runner, host.nvidia_smi);
-    } catch (const CudaMpsError& e) {
-      unmet("a daemon serving the learner's GPU",
-            fmt::format("cannot resolve the daemon's CUDA_VISIBLE_DEVICES '{}' (pid {}): {}", printable(*mask), *pid,
-                        printable(e.what())));
-    }
-    bool serves = false;
-    std::vector<std::string> shown;
-    for (const auto& entry : served) {
-      if (entry == "-1") break;  // CUDA enumerates nothing after it
-      shown.push_back(display_or_raw(entry));
-      if (same_gpu(entry, learner_uuid)) serves = true;
-    }
-    if (!serves) {
-      unmet("a daemon serving the learner's GPU",
-            fmt::format("the daemon on {} (pid {}) serves {} but the learner runs on {}; start a daemon for that GPU "
-                        "(`unilab-mps start {}`) and export its environment",
-                        printable(control), *pid, shown.empty() ? "no GPU" : printable(join(shown, ",")), learner_uuid,
-                        learner_uuid));
-    }
+  return *pid;
+}
+
+// 7. the daemon serves the learner's GPU (when its environment names GPUs).
+void require_daemon_serves(CommandRunner& runner, const ProbeHost& host, const ControlPipe& p, pid_t pid,
+                           const std::string& learner_uuid) {
+  auto mask = host.proc.environ_value(pid, "CUDA_VISIBLE_DEVICES");
+  if (!mask) return;
+  std::vector<std::string> served;
+  try {
+    served = resolve_mps_visibility_entries(split_mask(*mask), runner, host.nvidia_smi);
+  } catch (const CudaMpsError& e) {
+    unmet("a daemon serving the learner's GPU",
+          fmt::format("cannot resolve the daemon's CUDA_VISIBLE_DEVICES '{}' (pid {}): {}", printable(*mask), pid,
+                      printable(e.what())));
   }
+  bool serves = false;
+  std::vector<std::string> shown;
+  for (const auto& entry : served) {
+    if (entry == "-1") break;  // CUDA enumerates nothing after it
+    shown.push_back(display_or_raw(entry));
+    if (same_gpu(entry, learner_uuid)) serves = true;
+  }
+  if (!serves) {
+    unmet("a daemon serving the learner's GPU",
+          fmt::format("the daemon on {} (pid {}) serves {} but the learner runs on {}; start a daemon for that GPU "
+                      "(`unilab-mps start {}`) and export its environment",
+                      printable(p.control), pid, shown.empty() ? "no GPU" : printable(join(shown, ",")), learner_uuid,
+                      learner_uuid));
+  }
+}
+
+CudaProcessSharingEvidence validate_mps(const std::string& learner_device,
+                                        const std::optional<std::string>& collector_device, const std::string& backend,
+                                        int rank, int world_size, CudaDeviceResolver& devices, CommandRunner& runner,
+                                        const ProbeHost& host) {
+  require_single_host_rank(rank, world_size);
+  require_cuda_devices(learner_device, collector_device, backend);
+  std::string learner_uuid = require_gpu_uuid(devices, host, "learner", learner_device);
+  std::string collector_uuid = require_gpu_uuid(devices, host, "collector", *collector_device);
+  if (!same_gpu(learner_uuid, collector_uuid)) {
+    unmet("learner and collector on one GPU",
+          fmt::format("learner '{}' is {} but collector '{}' is {}; put both on the same GPU (MPS shares one GPU "
+                      "between them)",
+                      printable(learner_device), learner_uuid, printable(*collector_device), collector_uuid));
+  }
+  const ControlPipe pipe = require_control_socket(host);
+  const pid_t pid = require_own_daemon(runner, host, pipe);
+  require_daemon_serves(runner, host, pipe, pid, learner_uuid);
   CudaProcessSharingEvidence ev;
   ev.configured = kProcessSharingMps;
   ev.effective = kProcessSharingMps;
@@ -294,11 +326,11 @@ CudaProcessSharingEvidence validate_mps(const std::string& learner_device,
   ev.collector_device = collector_device;
   ev.learner_gpu_uuid = learner_uuid;
   ev.collector_gpu_uuid = collector_uuid;
-  ev.pipe_directory_env = pipe_env;
-  ev.pipe_directory = pipe;
-  ev.control_pipe = control;
-  ev.control_pipe_kind = kind;
-  ev.server_pid = *pid;
+  ev.pipe_directory_env = pipe.env;
+  ev.pipe_directory = pipe.dir;
+  ev.control_pipe = pipe.control;
+  ev.control_pipe_kind = pipe.kind;
+  ev.server_pid = pid;
   ev.ambient_server = false;  // a configured run: the daemon is validated, not ambient
   return ev;
 }

@@ -48,15 +48,8 @@ void check_trust(int fd, const std::string& shown, uid_t trusted_owner, bool sti
   struct stat st {};
   if (fstat(fd, &st) != 0) throw CudaMpsError(fmt::format("cannot stat {}: {}", shown, std::strerror(errno)));
   if (!S_ISDIR(st.st_mode)) throw CudaMpsError(fmt::format("{} is not a directory", shown));
-  if (st.st_uid != 0 && st.st_uid != trusted_owner) {
-    throw CudaMpsError(fmt::format("refusing {}: owned by uid {}, expected root or uid {}; remove it or choose another directory",
-                                   shown, st.st_uid, trusted_owner));
-  }
-  bool sticky_root = (st.st_mode & S_ISVTX) && st.st_uid == 0;
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(sticky_root && sticky_ok)) {
-    throw CudaMpsError(fmt::format("refusing {}: writable by group or others (mode {:o}{}); chmod go-w it or choose another directory",
-                                   shown, st.st_mode & 07777,
-                                   sticky_root ? ", and sticky is not enough: any user can plant entries there" : ""));
+  if (auto problem = dir_trust_problem(shown, st.st_uid, st.st_mode, trusted_owner, sticky_ok); !problem.empty()) {
+    throw CudaMpsError(problem);
   }
 }
 
@@ -117,6 +110,19 @@ Fd walk(const std::string& path, uid_t trusted_owner, const std::optional<std::t
 }
 
 }  // namespace
+
+std::string dir_trust_problem(const std::string& shown, uid_t uid, mode_t mode, uid_t trusted_owner, bool sticky_ok) {
+  if (uid != 0 && uid != trusted_owner) {
+    return fmt::format("refusing {}: owned by uid {}, expected root{}; remove it or choose another directory", shown, uid,
+                       trusted_owner == 0 ? std::string() : fmt::format(" or uid {}", trusted_owner));
+  }
+  bool sticky_root = (mode & S_ISVTX) && uid == 0;
+  if ((mode & (S_IWGRP | S_IWOTH)) && !(sticky_root && sticky_ok)) {
+    return fmt::format("refusing {}: writable by group or others (mode {:o}{}); chmod go-w it or choose another directory", shown,
+                       mode & 07777, sticky_root ? ", and sticky is not enough: any user can plant entries there" : "");
+  }
+  return "";
+}
 
 Fd& Fd::operator=(Fd&& o) noexcept {
   if (this != &o) {

@@ -40,6 +40,12 @@ enum class Leaf {
   kPrivate,
 };
 
+// Why a directory owned by `uid` with permission bits `mode` cannot be a
+// component of a trusted path (the rule open_trusted_dir applies); empty
+// when it can. `sticky_ok`: a root-owned sticky directory (such as /tmp)
+// passes. `shown` names the component in the message.
+std::string dir_trust_problem(const std::string& shown, uid_t uid, mode_t mode, uid_t trusted_owner, bool sticky_ok);
+
 // Opens an existing absolute directory path without following symlinks in
 // any component. Each component must be owned by root or `trusted_owner` and
 // not writable by group/other (a root-owned sticky dir such as /tmp is

@@ -74,7 +74,7 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
 }
 
 bool DoctorReport::ok() const {
-  return std::none_of(checks.begin(), checks.end(), [](const auto& c) { return c.status == "fail"; });
+  return std::none_of(checks.begin(), checks.end(), [](const auto& c) { return c.status == CheckStatus::kFail; });
 }
 
 nlohmann::json DoctorReport::to_json() const {
@@ -86,41 +86,41 @@ nlohmann::json DoctorReport::to_json() const {
 DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const std::optional<std::string>& selector,
                     const StatusQuery& q) {
   DoctorReport rep;
-  auto add = [&](std::string name, std::string status, std::string detail) {
+  auto add = [&](std::string name, CheckStatus status, std::string detail) {
     rep.checks.push_back({std::move(name), std::move(status), std::move(detail)});
   };
   std::vector<GpuIdentity> gpus;
   try {
     gpus = discover_gpus(s.runner, tools.nvidia_smi);
-    add("nvidia-smi", "ok", fmt::format("{} reports {} GPU{}", tools.nvidia_smi, gpus.size(), gpus.size() == 1 ? "" : "s"));
+    add("nvidia-smi", CheckStatus::kOk, fmt::format("{} reports {} GPU{}", tools.nvidia_smi, gpus.size(), gpus.size() == 1 ? "" : "s"));
   } catch (const CudaMpsError& e) {
-    add("nvidia-smi", "fail", e.what());
+    add("nvidia-smi", CheckStatus::kFail, e.what());
   }
   if (!gpus.empty()) {
     try {
       rep.plan = resolve_topology(selector, q.cuda_visible_devices, gpus);
       std::vector<std::string> u;
       for (const auto& g : rep.plan->gpus) u.push_back(g.uuid);
-      add("topology", "ok", fmt::format("{} on {}", rep.plan->topology_mode, join(u, ",")));
+      add("topology", CheckStatus::kOk, fmt::format("{} on {}", rep.plan->topology_mode, join(u, ",")));
     } catch (const CudaMpsError& e) {
-      add("topology", "fail", e.what());
+      add("topology", CheckStatus::kFail, e.what());
     }
   }
   if (access(tools.mps_control.c_str(), X_OK) == 0) {
-    add("mps-control", "ok", tools.mps_control + " is executable");
+    add("mps-control", CheckStatus::kOk, tools.mps_control + " is executable");
   } else {
-    add("mps-control", "fail", fmt::format("{} is missing or not executable; install the NVIDIA MPS tools or set --mps-control",
+    add("mps-control", CheckStatus::kFail, fmt::format("{} is missing or not executable; install the NVIDIA MPS tools or set --mps-control",
                                            tools.mps_control));
   }
   RecordListing listing;
   try {
     listing = store.list(q.uid, q.host);
-    add("records", listing.problems.empty() ? "ok" : "warn",
+    add("records", listing.problems.empty() ? CheckStatus::kOk : CheckStatus::kWarn,
         fmt::format("{} record{} in {}{}", listing.records.size(), listing.records.size() == 1 ? "" : "s", store.root(),
                     listing.problems.empty() ? "" : fmt::format("; {} unreadable (ignored): {}", listing.problems.size(),
                                                                 listing.problems.front().file + ": " + listing.problems.front().reason)));
   } catch (const CudaMpsError& e) {
-    add("records", "fail", e.what());
+    add("records", CheckStatus::kFail, e.what());
   }
   for (const auto& r : listing.records) {
     bool live = daemon_process_is_live(r, s.proc);
@@ -128,7 +128,7 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
       // Its starter stopped between launch and the final record: the daemon
       // it may have launched is found the way stop_daemon finds it.
       if (auto orphan = recover_starting_identity(r, s.proc)) {
-        add("daemon " + r.name, "warn",
+        add("daemon " + r.name, CheckStatus::kWarn,
             fmt::format("orphan: pid {} runs (found through {}/{}, verified uid {} and pipe directory) but its start was "
                         "never completed; `unilab-mps stop {}` stops it",
                         orphan->pid, r.pipe_directory, kPidFileName, r.uid, r.name));
@@ -136,13 +136,13 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
       }
     }
     if (!live) {
-      add("daemon " + r.name, "warn",
+      add("daemon " + r.name, CheckStatus::kWarn,
           fmt::format("recorded pid {} is not running (stale{}); `unilab-mps stop {}` cleans it", r.pid,
                       r.state == "starting" ? ", crashed while starting" : "", r.name));
     } else if (rep.plan) {
       for (const auto& g : rep.plan->gpus) {
         if (std::find(r.gpu_uuids.begin(), r.gpu_uuids.end(), g.uuid) != r.gpu_uuids.end()) {
-          add("daemon " + r.name, "ok", fmt::format("already serves {} (pid {})", g.uuid, r.pid));
+          add("daemon " + r.name, CheckStatus::kOk, fmt::format("already serves {} (pid {})", g.uuid, r.pid));
         }
       }
     }
@@ -150,14 +150,14 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
   std::string def = std::string(kDefaultPipeDirectory) + "/control";
   std::string kind = control_pipe_kind(def);
   if (kind == "socket") {
-    add("default-pipe", "warn",
+    add("default-pipe", CheckStatus::kWarn,
         fmt::format("{} exists: a system-wide MPS daemon may be running there, and every CUDA program without "
                     "CUDA_MPS_PIPE_DIRECTORY would join it", def));
   } else {
-    add("default-pipe", "ok", fmt::format("no daemon socket at {}", def));
+    add("default-pipe", CheckStatus::kOk, fmt::format("no daemon socket at {}", def));
   }
   if (q.pipe_directory_env) {
-    add("pipe-env", "ok", fmt::format("CUDA_MPS_PIPE_DIRECTORY={} (control: {})", *q.pipe_directory_env,
+    add("pipe-env", CheckStatus::kOk, fmt::format("CUDA_MPS_PIPE_DIRECTORY={} (control: {})", *q.pipe_directory_env,
                                       control_pipe_kind(*q.pipe_directory_env + "/control")));
   }
   return rep;

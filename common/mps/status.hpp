@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mps/check_status.hpp"
 #include "common/mps/daemon.hpp"
 #include "common/mps/gpu.hpp"
 #include "common/mps/record.hpp"
@@ -50,9 +51,9 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
 
 struct DoctorCheck {
   std::string name;
-  std::string status;  // ok | warn | fail
+  CheckStatus status = CheckStatus::kOk;
   std::string detail;
-  nlohmann::json to_json() const { return {{"name", name}, {"status", status}, {"detail", detail}}; }
+  nlohmann::json to_json() const { return {{"name", name}, {"status", std::string(to_string(status))}, {"detail", detail}}; }
 };
 
 struct DoctorReport {

@@ -170,7 +170,7 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
     throw CudaMpsError(
         "this node constrains GPU devices (ConstrainDevices=yes) but slurm.conf's PrologFlags has neither Contain nor RunInJob, "
         "so the job's MPS daemon would run outside the job's cgroup with every GPU of the node; add PrologFlags=Contain "
-        "(RunInJob on Slurm 23.11+) and restart slurmctld and slurmd");
+        "(RunInJob on Slurm 24.05+) and restart slurmctld and slurmd");
   }
   ContainmentPlan plan;
   plan.mountpoint = site.mountpoint;
@@ -189,7 +189,7 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
   if (!site.prolog_run_in_job || !own || !path_in(*own, plan.job_cgroup, true)) {
     throw CudaMpsError(fmt::format(
         "on cgroup v2 the MPS daemon can only start inside job {}'s cgroup when the prolog runs there, but it runs in '{}'; "
-        "set PrologFlags=RunInJob in slurm.conf (Slurm 23.11+) and restart slurmctld and slurmd",
+        "set PrologFlags=RunInJob in slurm.conf (Slurm 24.05+) and restart slurmctld and slurmd",
         job_id, own.value_or("?")));
   }
   return plan;
@@ -208,13 +208,13 @@ ContainmentAdvice containment_advice(const CgroupSite& site, const std::string& 
   if (!site.prolog_contain && !site.prolog_run_in_job) {
     if (site.constrain_devices) {
       return {"fail", "ConstrainDevices=yes but PrologFlags has neither Contain nor RunInJob: every --unilab-mps job is "
-                      "refused here; add PrologFlags=Contain (RunInJob on Slurm 23.11+) and restart slurmctld and slurmd"};
+                      "refused here; add PrologFlags=Contain (RunInJob on Slurm 24.05+) and restart slurmctld and slurmd"};
     }
     return {"warn", "proctrack/cgroup without PrologFlags=Contain: daemons cannot join their job's cgroup and are stopped by "
                     "the epilog only; add PrologFlags=Contain"};
   }
   if (version == 2 && !site.prolog_run_in_job) {
-    return {"fail", "cgroup v2 needs PrologFlags=RunInJob (Slurm 23.11+) for the daemon to start inside its job's cgroup: "
+    return {"fail", "cgroup v2 needs PrologFlags=RunInJob (Slurm 24.05+) for the daemon to start inside its job's cgroup: "
                     "every --unilab-mps job is refused here; add RunInJob"};
   }
   std::string where = version == 1 ? fmt::format("cgroup v1 ({})", fmt::join(v1_controllers(site), ",")) : std::string("cgroup v2");

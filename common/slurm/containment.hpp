@@ -11,7 +11,7 @@
 //    process written into its freezer and devices cgroup.procs is
 //    device-constrained and SIGKILLed at job end. A process in `job_J` itself
 //    is constrained but never killed: only step cgroups are.
-//  - cgroup v1, PrologFlags=RunInJob (23.11+): the prolog runs inside the
+//  - cgroup v1, PrologFlags=RunInJob (24.05+): the prolog runs inside the
 //    extern step (freezer at job level, devices in step_extern): step_extern
 //    exists already and the daemon must still be moved into freezer
 //    step_extern to die with the job.
@@ -40,7 +40,7 @@ namespace unilab::mps {
 // What the site's slurm.conf and cgroup.conf say about cgroups.
 struct CgroupSite {
   bool prolog_contain = false;     // PrologFlags contains Contain
-  bool prolog_run_in_job = false;  // PrologFlags contains RunInJob (23.11+)
+  bool prolog_run_in_job = false;  // PrologFlags contains RunInJob (24.05+)
   bool proctrack_cgroup = false;   // ProctrackType=proctrack/cgroup (freezer kills steps)
   std::string cgroup_plugin = "autodetect";  // cgroup/v1 | cgroup/v2 | autodetect
   std::string mountpoint = "/sys/fs/cgroup";

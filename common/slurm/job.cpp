@@ -19,6 +19,7 @@
 #include "common/mps/gpu.hpp"
 #include "common/slurm/gres.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 #include "common/mps/topology.hpp"
 
 namespace unilab::mps {
@@ -282,7 +283,7 @@ std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job
 
 std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, const JobContext& job) {
   if (cfg.contain == "off") return std::nullopt;
-  const std::string conf = job.slurm_conf.value_or("/etc/slurm/slurm.conf");
+  const std::string conf = job.slurm_conf ? *job.slurm_conf : locate_slurm_conf().path;
   CgroupSite site;
   try {
     site = read_cgroup_site(conf);

@@ -80,17 +80,6 @@ std::string unquote(std::string v) {
   return v;
 }
 
-std::string format_time(double t) {
-  time_t secs = static_cast<time_t>(t);
-  struct tm tm {};
-  localtime_r(&secs, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
-std::string octal_mode(mode_t m) { return fmt::format("{:04o}", static_cast<unsigned>(m & 07777)); }
-
 void read_slurm_conf_file(NodeProbe& probe, const std::string& path, SlurmConf& conf, int depth) {
   auto text = probe.read_file(path);
   if (!text) {
@@ -223,37 +212,6 @@ std::vector<std::string> nodes_for_host(const SlurmConf& conf, const std::string
   return {out.begin(), out.end()};
 }
 
-// A directory the plugin creates or trusts: every existing component owned by
-// root and not writable by group/other (a root-owned sticky dir such as /tmp
-// is fine for ancestors), the leaf traversable by every user (tasks read
-// records and reach their pipe directory as the job user).
-std::pair<std::string, std::string> check_root_dir(NodeProbe& probe, const std::string& path, const std::string& role) {
-  std::vector<std::string> components;
-  for (std::string p = path; p != "/"; p = dir_of(p)) components.push_back(p);
-  components.push_back("/");
-  std::reverse(components.begin(), components.end());
-  for (const auto& c : components) {
-    FileFacts f = probe.stat(c);
-    if (!f.exists) {
-      return {"ok", fmt::format("{} does not exist yet; the first MPS job's prolog creates it (root, 0755)", path)};
-    }
-    const bool leaf = c == path;
-    if (f.is_symlink) return {"fail", fmt::format("{} ({}) is a symlink: the plugin refuses symlinks in its {}", c, path, role)};
-    if (!f.is_dir) return {"fail", fmt::format("{} is not a directory", c)};
-    const bool sticky_root = !leaf && f.uid == 0 && (f.mode & S_ISVTX);
-    if (f.uid != 0) {
-      return {"fail", fmt::format("{} is owned by uid {}, not root: the plugin will not trust it as its {}", c, f.uid, role)};
-    }
-    if ((f.mode & (S_IWGRP | S_IWOTH)) && !sticky_root) {
-      return {"fail", fmt::format("{} is writable by group/other (mode {}): fix with chmod go-w {}", c, octal_mode(f.mode), c)};
-    }
-    if (leaf && (f.mode & S_IXOTH) == 0) {
-      return {"fail", fmt::format("{} has mode {}: job users must traverse it; chmod 0755 {}", c, octal_mode(f.mode), c)};
-    }
-  }
-  return {"ok", fmt::format("{} (root, {})", path, octal_mode(probe.stat(path).mode))};
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ probe
@@ -325,6 +283,13 @@ std::optional<double> SystemNodeProbe::process_start_time(pid_t pid) {
   return wall - uptime + static_cast<double>(st->start_ticks) / static_cast<double>(hz > 0 ? hz : 100);
 }
 
+std::optional<std::string> SystemNodeProbe::process_exe(pid_t pid) {
+  char buf[4096];
+  ssize_t n = ::readlink(fmt::format("/proc/{}/exe", pid).c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return std::nullopt;
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 SocketState SystemNodeProbe::probe_socket(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return SocketState::kMissing;
@@ -383,6 +348,170 @@ std::string expand_node_pattern(const std::string& pattern, const std::string& n
   return out;
 }
 
+// ------------------------------------------------------------------ gather
+namespace {
+
+void gather_slurm_conf(NodeProbe& probe, NodeFacts& f) {
+  f.conf.path = f.options.slurm_conf;
+  try {
+    f.conf = read_slurm_conf(probe, f.options.slurm_conf);
+  } catch (const CudaMpsError& e) {
+    f.conf_error = e.what();
+  }
+  if (f.options.node) {
+    f.node = *f.options.node;
+    return;
+  }
+  f.node_candidates = nodes_for_host(f.conf, f.host);
+  f.node = f.node_candidates.empty() ? f.host : f.node_candidates.front();
+}
+
+void gather_plugin(NodeProbe& probe, NodeFacts& f) {
+  f.plugstack_path = f.conf.get("plugstackconfig").value_or(dir_of(f.options.slurm_conf) + "/plugstack.conf");
+  f.plugin_dirs = split_colon(f.conf.get("plugindir").value_or(f.options.default_plugin_dir));
+  f.stack = read_plugstack(probe, f.plugstack_path, f.plugin_dirs);
+  for (const auto& e : f.stack.entries) {
+    if (base_of(e.path) == kPluginFile) f.plugin_lines.push_back(e);
+  }
+  if (f.plugin_lines.empty()) return;
+  const PlugstackEntry& entry = f.plugin_lines.front();
+  if (!entry.resolved.empty()) f.plugin_file = probe.stat(entry.resolved);
+  try {
+    f.plugin_config = parse_plugin_args(entry.args);
+    f.config = *f.plugin_config;
+  } catch (const CudaMpsError& e) {
+    f.plugin_args_error = e.what();
+  }
+}
+
+pid_t parse_pid_text(std::string t) {
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  pid_t pid = 0;
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
+  return ec != std::errc() || p != t.data() + t.size() ? 0 : pid;
+}
+
+// `slurmd -V` of the running slurmd's own executable: the release that
+// actually runs, whatever else is installed.
+void gather_slurm_version(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
+  if (f.slurmd_pid <= 0 || !f.slurmd_name || !f.slurmd_name->starts_with("slurmd")) return;
+  f.slurmd_exe = probe.process_exe(f.slurmd_pid);
+  if (!f.slurmd_exe || f.slurmd_exe->empty() || f.slurmd_exe->front() != '/') return;
+  Command c;
+  c.argv = {*f.slurmd_exe, "-V"};
+  c.timeout = std::chrono::milliseconds(5000);
+  CommandResult r = runner.run(c);
+  f.slurmd_version_output = r.ok() ? r.out : (r.exec_error.empty() ? r.err + r.out : r.exec_error);
+  if (r.ok()) f.slurm_version = parse_slurm_version(r.out);
+}
+
+void gather_slurmd(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
+  f.slurmd_pid_file =
+      expand_node_pattern(f.conf.get("slurmdpidfile").value_or(f.options.default_slurmd_pid_file), f.node, f.host);
+  f.slurmd_pid_text = probe.read_file(f.slurmd_pid_file);
+  if (f.slurmd_pid_text) f.slurmd_pid = parse_pid_text(*f.slurmd_pid_text);
+  if (f.slurmd_pid > 0) {
+    f.slurmd_name = probe.process_name(f.slurmd_pid);
+    f.slurmd_started = probe.process_start_time(f.slurmd_pid);
+  }
+  std::vector<std::string> watched = f.stack.files;
+  if (!f.plugin_lines.empty() && !f.plugin_lines.front().resolved.empty()) watched.push_back(f.plugin_lines.front().resolved);
+  for (const auto& path : watched) f.watched.push_back({path, probe.stat(path)});
+  gather_slurm_version(probe, runner, f);
+}
+
+// Every component of `path` from / down, up to the first that does not exist.
+std::vector<PathFacts> dir_chain(NodeProbe& probe, const std::string& path) {
+  std::vector<std::string> components;
+  for (std::string p = path; p != "/" && !p.empty() && p != "."; p = dir_of(p)) components.push_back(p);
+  components.push_back("/");
+  std::reverse(components.begin(), components.end());
+  std::vector<PathFacts> out;
+  for (const auto& c : components) {
+    out.push_back({c, probe.stat(c)});
+    if (!out.back().facts.exists) break;
+  }
+  return out;
+}
+
+void gather_tools(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
+  f.nvidia_smi_executable = probe.executable(f.config.tools.nvidia_smi);
+  if (f.nvidia_smi_executable) {
+    try {
+      f.gpus = discover_gpus(runner, f.config.tools.nvidia_smi);
+    } catch (const CudaMpsError& e) {
+      f.gpus_error = e.what();
+    }
+  }
+  f.mps_control_executable = probe.executable(f.config.tools.mps_control);
+}
+
+void gather_gres(NodeProbe& probe, NodeFacts& f) {
+  f.gres_path = gres_conf_path(f.config, f.options.slurm_conf);
+  auto text = probe.read_file(f.gres_path);
+  if (!text) {
+    f.gres_error = fmt::format("cannot read {}; set gres_conf= in plugstack.conf", f.gres_path);
+    return;
+  }
+  try {
+    f.gres = parse_gres_conf(*text, f.node);
+  } catch (const CudaMpsError& e) {
+    f.gres_error = fmt::format("{}: {}", f.gres_path, e.what());
+    return;
+  }
+  try {
+    f.gpu_entries = map_node_gpu_entries(*f.gres, f.gpus.value_or(std::vector<GpuIdentity>{}),
+                                         [&](const std::string& p) { return probe.device_minor(p); });
+  } catch (const CudaMpsError& e) {
+    f.gpu_map_error = e.what();
+  }
+}
+
+// Dirs= of job_container.conf (Slurm >= 23.02; 22.05 always mounts a private /dev/shm).
+void gather_job_container(NodeProbe& probe, NodeFacts& f) {
+  f.job_container_conf_path = dir_of(f.options.slurm_conf) + "/job_container.conf";
+  auto text = probe.read_file(f.job_container_conf_path);
+  if (!text) return;
+  for (const auto& raw : lines_of(*text)) {
+    for (const auto& tok : split_ws(strip_comment(raw))) {
+      if (lower(tok).starts_with("dirs=")) f.job_container_dirs = tok.substr(5);
+    }
+  }
+}
+
+void gather_cgroups(NodeProbe& probe, NodeFacts& f) {
+  const std::string cgroup_path = dir_of(f.options.slurm_conf) + "/cgroup.conf";
+  if (probe.stat(cgroup_path).exists) {
+    try {
+      f.cgroup_conf = read_slurm_conf(probe, cgroup_path);
+    } catch (const CudaMpsError& e) {
+      f.cgroup_conf_error = e.what();
+    }
+  }
+  const std::string mount = cgroup_site_from(f.conf, f.cgroup_conf).mountpoint;
+  f.cgroup_v1_mounted = probe.stat(mount + "/freezer").is_dir;
+  f.cgroup_v2_mounted = probe.stat(mount + "/cgroup.controllers").exists;
+}
+
+}  // namespace
+
+NodeFacts gather_node_facts(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& options) {
+  NodeFacts f;
+  f.options = options;
+  f.host = probe.hostname();
+  gather_slurm_conf(probe, f);
+  gather_plugin(probe, f);
+  gather_slurmd(probe, runner, f);
+  f.state_dir_chain = dir_chain(probe, f.config.state_dir);
+  f.run_dir_chain = dir_chain(probe, f.config.run_dir);
+  gather_tools(probe, runner, f);
+  gather_gres(probe, f);
+  f.default_pipe = probe.probe_socket(std::string(kDefaultPipeDirectory) + "/control");
+  gather_job_container(probe, f);
+  gather_cgroups(probe, f);
+  return f;
+}
+
 // ------------------------------------------------------------------ report
 
 nlohmann::json NodeGpuRow::to_json() const {
@@ -395,7 +524,7 @@ nlohmann::json NodeGpuRow::to_json() const {
 }
 
 bool NodeDoctorReport::ok() const {
-  return std::none_of(checks.begin(), checks.end(), [](const auto& c) { return c.status == "fail"; });
+  return std::none_of(checks.begin(), checks.end(), [](const auto& c) { return c.status == CheckStatus::kFail; });
 }
 
 nlohmann::json NodeDoctorReport::to_json() const {
@@ -408,7 +537,7 @@ nlohmann::json NodeDoctorReport::to_json() const {
 
 std::string NodeDoctorReport::to_text() const {
   std::string out = fmt::format("node {} (slurm.conf {})\n", node.empty() ? "?" : node, slurm_conf);
-  for (const auto& c : checks) out += fmt::format("[{:<4}] {:<14} {}\n", c.status, c.name, c.detail);
+  for (const auto& c : checks) out += fmt::format("[{:<4}] {:<14} {}\n", to_string(c.status), c.name, c.detail);
   if (!gpus.empty()) {
     size_t w = 6;
     for (const auto& r : gpus) w = std::max(w, r.device.size());
@@ -424,351 +553,12 @@ std::string NodeDoctorReport::to_text() const {
 }
 
 NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& opt) {
+  const NodeFacts facts = gather_node_facts(probe, runner, opt);
   NodeDoctorReport rep;
   rep.slurm_conf = opt.slurm_conf;
-  auto add = [&](std::string name, std::string status, std::string detail) {
-    rep.checks.push_back({std::move(name), std::move(status), std::move(detail)});
-  };
-  const std::string host = probe.hostname();
-
-  // slurm.conf
-  SlurmConf conf;
-  conf.path = opt.slurm_conf;
-  try {
-    conf = read_slurm_conf(probe, opt.slurm_conf);
-    add("slurm.conf", conf.problems.empty() ? "ok" : "warn",
-        conf.problems.empty() ? join(conf.files, ", ") : join(conf.files, ", ") + "; " + join(conf.problems, "; "));
-  } catch (const CudaMpsError& e) {
-    add("slurm.conf", "fail", e.what());
-  }
-
-  // node name
-  if (opt.node) {
-    rep.node = *opt.node;
-    add("node", "ok", fmt::format("{} (given)", rep.node));
-  } else {
-    auto names = nodes_for_host(conf, host);
-    if (names.size() == 1) {
-      rep.node = names[0];
-      add("node", "ok", fmt::format("{} (NodeName of host {} in slurm.conf)", rep.node, host));
-    } else if (names.empty()) {
-      rep.node = host;
-      add("node", "warn", fmt::format("no NodeName/NodeHostname in slurm.conf matches host {}; assuming node {} "
-                                      "(pass --node-name)", host, host));
-    } else {
-      rep.node = names[0];
-      add("node", "fail", fmt::format("host {} is several Slurm nodes ({}); pass --node-name", host, join(names, ",")));
-    }
-  }
-
-  // plugstack.conf and the plugin line
-  std::string plugstack_path = conf.get("plugstackconfig").value_or(dir_of(opt.slurm_conf) + "/plugstack.conf");
-  std::vector<std::string> plugin_dirs = split_colon(conf.get("plugindir").value_or(opt.default_plugin_dir));
-  Plugstack stack = read_plugstack(probe, plugstack_path, plugin_dirs);
-  if (stack.files.empty()) {
-    add("plugstack", "fail", fmt::format("{} does not exist (PlugStackConfig{}): Slurm loads no SPANK plugin", plugstack_path,
-                                         conf.get("plugstackconfig") ? "" : " unset: next to slurm.conf"));
-  } else {
-    add("plugstack", stack.problems.empty() ? "ok" : "warn",
-        fmt::format("read {}{}{}", join(stack.files, ", "), stack.includes.empty() ? "" : "; " + join(stack.includes, "; "),
-                    stack.problems.empty() ? "" : "; " + join(stack.problems, "; ")));
-  }
-  std::vector<const PlugstackEntry*> ours;
-  for (const auto& e : stack.entries) {
-    if (base_of(e.path) == kPluginFile) ours.push_back(&e);
-  }
-  const PlugstackEntry* entry = nullptr;
-  if (ours.empty()) {
-    add("plugin-listed", "fail",
-        fmt::format("no `optional .../{}` line in {}: add one (example: /usr/share/doc/unilab-mps/examples/plugstack.conf.d/"
-                    "unilab-mps.conf), then restart slurmd",
-                    kPluginFile, stack.files.empty() ? plugstack_path : join(stack.files, ", ")));
-  } else if (ours.size() > 1) {
-    std::vector<std::string> where;
-    for (const auto* e : ours) where.push_back(fmt::format("{}:{}", e->file, e->line));
-    add("plugin-listed", "fail",
-        fmt::format("{} is listed {} times ({}): Slurm refuses to load it a second time; keep one line", kPluginFile,
-                    ours.size(), join(where, ", ")));
-    entry = ours.front();
-  } else {
-    entry = ours.front();
-    add("plugin-listed", "ok",
-        fmt::format("{}:{}: {} {} ({} argument{})", entry->file, entry->line, entry->kind, entry->path, entry->args.size(),
-                    entry->args.size() == 1 ? "" : "s"));
-  }
-
-  // the plugin file
-  std::optional<FileFacts> so;
-  if (entry) {
-    if (entry->resolved.empty()) {
-      add("plugin-file", "fail", fmt::format("{} is not in PluginDir ({}): give the absolute path", entry->path,
-                                             join(plugin_dirs, ":")));
-    } else {
-      FileFacts f = probe.stat(entry->resolved);
-      if (!f.exists) {
-        add("plugin-file", "fail", fmt::format("{} does not exist: install unilab-mps (cmake --install or the .deb)", entry->resolved));
-      } else if (!f.is_regular) {
-        add("plugin-file", "fail", fmt::format("{} is not a regular file", entry->resolved));
-      } else if (f.uid != 0 || (f.mode & (S_IWGRP | S_IWOTH))) {
-        add("plugin-file", "fail",
-            fmt::format("{} is owned by uid {} with mode {}: slurmd loads it as root, so it must be root-owned and writable by "
-                        "root only",
-                        entry->resolved, f.uid, octal_mode(f.mode)));
-        so = f;
-      } else {
-        add("plugin-file", "ok", fmt::format("{} (root, {})", entry->resolved, octal_mode(f.mode)));
-        so = f;
-      }
-    }
-  }
-
-  // the plugin's arguments: what the prolog will use
-  PluginConfig cfg;
-  bool cfg_from_plugin = false;
-  if (entry) {
-    try {
-      cfg = parse_plugin_args(entry->args);
-      cfg_from_plugin = true;
-      add("plugin-args", "ok", entry->args.empty() ? "defaults" : join(entry->args, " "));
-    } catch (const CudaMpsError& e) {
-      add("plugin-args", "fail", fmt::format("{}: the plugin refuses to load with these arguments", e.what()));
-    }
-  }
-
-  // slurmd: running, and started after the plugin and plugstack.conf last changed
-  {
-    std::string pid_file = expand_node_pattern(conf.get("slurmdpidfile").value_or(opt.default_slurmd_pid_file), rep.node, host);
-    auto text = probe.read_file(pid_file);
-    pid_t pid = 0;
-    if (text) {
-      std::string t = *text;
-      while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-      auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
-      if (ec != std::errc() || p != t.data() + t.size()) pid = 0;
-    }
-    auto name = pid > 0 ? probe.process_name(pid) : std::nullopt;
-    auto started = pid > 0 ? probe.process_start_time(pid) : std::nullopt;
-    if (pid <= 0 || !name || !name->starts_with("slurmd") || !started) {
-      add("slurmd", "fail",
-          fmt::format("slurmd is not running ({}): start it", !text ? "no pid file " + pid_file
-                                                                    : fmt::format("pid file {} names {}", pid_file,
-                                                                                  pid > 0 ? fmt::format("pid {} ({})", pid, name.value_or("gone"))
-                                                                                          : "no pid")));
-    } else {
-      std::vector<std::pair<std::string, double>> changed;
-      std::vector<std::string> watched = stack.files;
-      if (entry && !entry->resolved.empty()) watched.push_back(entry->resolved);
-      for (const auto& f : watched) {
-        FileFacts facts = probe.stat(f);
-        if (facts.exists && facts.mtime > *started + opt.mtime_slack_s) changed.emplace_back(f, facts.mtime);
-      }
-      if (changed.empty()) {
-        add("slurmd", "ok", fmt::format("pid {} started {}, after the plugin and plugstack.conf last changed", pid,
-                                        format_time(*started)));
-      } else {
-        std::vector<std::string> what;
-        for (const auto& [f, t] : changed) what.push_back(fmt::format("{} ({})", f, format_time(t)));
-        add("slurmd", "fail",
-            fmt::format("pid {} started {}, before {} changed: restart slurmd (it decides at start whether to run the SPANK "
-                        "prolog/epilog; scontrol reconfigure is not enough)",
-                        pid, format_time(*started), join(what, ", ")));
-      }
-    }
-  }
-
-  // state and run directories
-  if (entry) {
-    auto [s1, d1] = check_root_dir(probe, cfg.state_dir, "state_dir");
-    add("state-dir", s1, d1);
-    auto [s2, d2] = check_root_dir(probe, cfg.run_dir, "run_dir");
-    add("run-dir", s2, d2);
-  }
-
-  // NVIDIA tools, as the plugin will run them (its defaults when no usable line names them)
-  const std::string defaults_note = cfg_from_plugin ? "" : " (plugin default: no usable plugstack line to take it from)";
-  std::optional<std::vector<GpuIdentity>> gpus;
-  if (!probe.executable(cfg.tools.nvidia_smi)) {
-    add("nvidia-smi", "fail", fmt::format("{} is missing or not executable; install the driver tools or set nvidia_smi={}",
-                                          cfg.tools.nvidia_smi, defaults_note));
-  } else {
-    try {
-      gpus = discover_gpus(runner, cfg.tools.nvidia_smi);
-      add("nvidia-smi", "ok", fmt::format("{} reports {} GPU{}{}", cfg.tools.nvidia_smi, gpus->size(), gpus->size() == 1 ? "" : "s",
-                                          defaults_note));
-    } catch (const CudaMpsError& e) {
-      add("nvidia-smi", "fail", e.what());
-    }
-  }
-  if (probe.executable(cfg.tools.mps_control)) {
-    add("mps-control", "ok", cfg.tools.mps_control + " is executable" + defaults_note);
-  } else {
-    add("mps-control", "fail", fmt::format("{} is missing or not executable; install the NVIDIA MPS tools or set mps_control={}",
-                                           cfg.tools.mps_control, defaults_note));
-  }
-
-  // gres.conf -> the node's GPU table
-  std::string gres_path = gres_conf_path(cfg, opt.slurm_conf);
-  std::optional<GresConf> gres;
-  if (auto text = probe.read_file(gres_path)) {
-    try {
-      gres = parse_gres_conf(*text, rep.node);
-      add("gres.conf", "ok",
-          fmt::format("{}: {} for node {}", gres_path,
-                      gres->gpu_files.empty() ? (gres->autodetect ? std::string("AutoDetect") : std::string("no GPU"))
-                                              : fmt::format("{} GPU file{}", gres->gpu_files.size(),
-                                                            gres->gpu_files.size() == 1 ? "" : "s"),
-                      rep.node));
-    } catch (const CudaMpsError& e) {
-      add("gres.conf", "fail", fmt::format("{}: {}", gres_path, e.what()));
-    }
-  } else {
-    add("gres.conf", "fail", fmt::format("cannot read {}; set gres_conf= in plugstack.conf", gres_path));
-  }
-  if (gres) {
-    try {
-      auto entries = map_node_gpu_entries(*gres, gpus.value_or(std::vector<GpuIdentity>{}),
-                                          [&](const std::string& p) { return probe.device_minor(p); });
-      std::vector<std::string> problems;
-      std::map<std::string, std::vector<int>> by_uuid;
-      for (const auto& m : entries) {
-        NodeGpuRow row{m.gres_index, m.device, m.minor, std::nullopt, "", m.problem};
-        if (m.gpu) {
-          row.nvidia_smi_index = m.gpu->index;
-          row.uuid = m.gpu->uuid;
-          by_uuid[m.gpu->uuid].push_back(m.gres_index);
-        } else if (!gpus && m.minor >= 0) {
-          row.problem = fmt::format("minor {}: no nvidia-smi GPU table to map it with", m.minor);
-        }
-        if (!row.problem.empty()) problems.push_back(fmt::format("GRES {}", row.gres_index));
-        rep.gpus.push_back(std::move(row));
-      }
-      for (const auto& [uuid, idx] : by_uuid) {
-        if (idx.size() < 2) continue;
-        std::vector<std::string> s;
-        for (int i : idx) s.push_back(std::to_string(i));
-        problems.push_back(fmt::format("GRES {} are the same GPU {}", join(s, ","), uuid));
-      }
-      if (entries.empty()) {
-        add("gpu-map", "fail", fmt::format("no GPU for node {} (gres.conf AutoDetect and nvidia-smi found none)", rep.node));
-      } else if (!problems.empty()) {
-        add("gpu-map", "fail", fmt::format("{} of {} GPU(s) cannot be mapped to a UUID ({}): MPS jobs on them fail in the prolog",
-                                           problems.size(), entries.size(), join(problems, "; ")));
-      } else {
-        add("gpu-map", "ok", fmt::format("{} GPU{} mapped GRES index -> device -> minor -> UUID", entries.size(),
-                                         entries.size() == 1 ? "" : "s"));
-      }
-      if (gpus) {
-        std::vector<std::string> unlisted;
-        for (const auto& g : *gpus) {
-          if (!by_uuid.count(g.uuid)) unlisted.push_back(fmt::format("nvidia-smi {} (minor {}, {})", g.index, g.minor_number, g.uuid));
-        }
-        if (!unlisted.empty()) {
-          add("gpu-unlisted", "warn", fmt::format("{}: in no gres.conf File= entry, so Slurm never gives it to a job", join(unlisted, "; ")));
-        }
-      }
-    } catch (const CudaMpsError& e) {
-      add("gpu-map", "fail", e.what());
-    }
-  }
-
-  // a daemon on the default pipe directory captures every CUDA program without CUDA_MPS_PIPE_DIRECTORY
-  {
-    const std::string def = std::string(kDefaultPipeDirectory) + "/control";
-    switch (probe.probe_socket(def)) {
-      case SocketState::kListening:
-        add("default-pipe", "fail",
-            fmt::format("an MPS daemon listens on {}: every CUDA program without CUDA_MPS_PIPE_DIRECTORY joins it (jobs without "
-                        "--unilab-mps included); stop it (echo quit | nvidia-cuda-mps-control)",
-                        def));
-        break;
-      case SocketState::kDenied:
-        add("default-pipe", "warn", fmt::format("{} is a socket this user may not connect to: a daemon may listen there; run as root", def));
-        break;
-      case SocketState::kRefused:
-        add("default-pipe", "warn", fmt::format("{} is a stale socket (no daemon answers); remove {} when no daemon runs", def,
-                                                kDefaultPipeDirectory));
-        break;
-      case SocketState::kNotSocket:
-        add("default-pipe", "ok", fmt::format("{} is not a socket: no daemon there", def));
-        break;
-      case SocketState::kMissing:
-        add("default-pipe", "ok", fmt::format("no daemon on {}", def));
-        break;
-    }
-  }
-
-  // a job-private /dev/shm separates clients from the MPS server's mps.shm.* segments
-  {
-    std::string jc = conf.get("jobcontainertype").value_or("job_container/none");
-    if (lower(jc).find("tmpfs") == std::string::npos) {
-      add("dev-shm", "ok", fmt::format("JobContainerType={}: jobs share the host's /dev/shm with the MPS server", jc));
-    } else {
-      // Slurm 22.05's job_container/tmpfs always mounts a private /dev/shm;
-      // later versions take Dirs= in job_container.conf (default /tmp,/dev/shm).
-      std::string jc_path = dir_of(opt.slurm_conf) + "/job_container.conf";
-      std::optional<std::string> dirs;
-      if (auto text = probe.read_file(jc_path)) {
-        for (const auto& raw : lines_of(*text)) {
-          for (const auto& tok : split_ws(strip_comment(raw))) {
-            if (lower(tok).starts_with("dirs=")) dirs = tok.substr(5);
-          }
-        }
-      }
-      if (dirs && dirs->find("/dev/shm") == std::string::npos) {
-        add("dev-shm", "ok", fmt::format("JobContainerType={} with Dirs={} in {}: /dev/shm stays shared (Slurm >= 23.02)", jc,
-                                         *dirs, jc_path));
-      } else {
-        add("dev-shm", "fail",
-            fmt::format("JobContainerType={} gives every job a private /dev/shm{}: MPS clients then cannot reach the server "
-                        "the prolog started (its mps.shm.* segments live in the host's /dev/shm); use job_container/none, or "
-                        "on Slurm >= 23.02 Dirs=/tmp in job_container.conf",
-                        jc, dirs ? fmt::format(" (Dirs={} in {})", *dirs, jc_path) : std::string(" (Slurm 22.05 always does)")));
-      }
-    }
-  }
-
-  // The Prolog= helper next to the plugin's own job_prolog: slurmd runs the
-  // SPANK job_prolog first, then clears the SPANK option variables before
-  // Prolog= runs (22.05's spank_clear_remote_options_env skips every other
-  // one), so the helper sees some of the options, or none, and would start
-  // daemons a second time when it does.
-  if (entry) {
-    std::string prolog = conf.get("prolog").value_or("");
-    if (prolog.find("unilab-mps-prolog") != std::string::npos) {
-      add("prolog-helper", "warn",
-          fmt::format("Prolog={} runs after the plugin's own job_prolog, which already starts the daemons; remove it (the "
-                      "helper is for nodes whose slurmd does not load the plugin)",
-                      prolog));
-    }
-  }
-
-  // when the daemons start
-  {
-    std::string flags = conf.get("prologflags").value_or("");
-    if (lower(flags).find("alloc") != std::string::npos) {
-      add("prolog-flags", "ok", fmt::format("PrologFlags={}: daemons start on every node at allocation", flags));
-    } else {
-      add("prolog-flags", "ok",
-          "no PrologFlags=Alloc: daemons start when the job's first step reaches the node (the batch script, or the first "
-          "srun of an salloc); set it to fail a broken node before user code runs");
-    }
-  }
-
-  // whether the daemons can live in their job's cgroup
-  {
-    std::optional<SlurmConf> cgroup_conf;
-    const std::string cgroup_path = dir_of(opt.slurm_conf) + "/cgroup.conf";
-    if (probe.stat(cgroup_path).exists) {
-      try {
-        cgroup_conf = read_slurm_conf(probe, cgroup_path);
-      } catch (const CudaMpsError& e) {
-        add("containment", "fail", e.what());
-      }
-    }
-    CgroupSite site = cgroup_site_from(conf, cgroup_conf);
-    ContainmentAdvice advice = containment_advice(site, cfg.contain, probe.stat(site.mountpoint + "/freezer").is_dir);
-    add("containment", advice.status, advice.detail);
-  }
+  rep.node = facts.node;
+  rep.checks = run_node_checks(facts, node_checks());
+  rep.gpus = node_gpu_rows(facts);
   return rep;
 }
 

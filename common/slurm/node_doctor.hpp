@@ -1,8 +1,10 @@
 // `unilab-mps doctor --node`: is this Slurm node ready for --unilab-mps jobs,
-// and if not, why? Reads slurm.conf, plugstack.conf (with its includes), the
-// plugin's arguments, gres.conf, the slurmd process and the NVIDIA tools;
-// changes nothing. Everything the machine tells goes through NodeProbe and
-// CommandRunner, so the checks are functions of what they read (unit-tested).
+// and if not, why? One gather step reads slurm.conf, plugstack.conf (with its
+// includes), the plugin's arguments, gres.conf, the slurmd process, its
+// version and the NVIDIA tools into one NodeFacts, through NodeProbe and
+// CommandRunner; changes nothing. Every check is then a small pure function
+// of those facts, listed in one table (node_checks(), common/slurm/node_checks.cpp)
+// with the checks it needs; the report loops over the table.
 #pragma once
 
 #include <sys/types.h>
@@ -14,7 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mps/check_status.hpp"
+#include "common/slurm/gres.hpp"
 #include "common/mps/runner.hpp"
+#include "common/slurm/slurm_config.hpp"
+#include "common/slurm/slurm_series.hpp"
 #include "common/mps/status.hpp"
 
 namespace unilab::mps {
@@ -47,6 +53,8 @@ class NodeProbe {
   // /proc/PID/comm and the start time (wall clock, seconds); nullopt when gone.
   virtual std::optional<std::string> process_name(pid_t pid) = 0;
   virtual std::optional<double> process_start_time(pid_t pid) = 0;
+  // The executable of a process (readlink /proc/PID/exe); nullopt when unknown.
+  virtual std::optional<std::string> process_exe(pid_t pid) = 0;
   virtual SocketState probe_socket(const std::string& path) = 0;
   virtual std::string hostname() = 0;  // short host name
 };
@@ -60,6 +68,7 @@ class SystemNodeProbe final : public NodeProbe {
   int device_minor(const std::string& path) override;
   std::optional<std::string> process_name(pid_t pid) override;
   std::optional<double> process_start_time(pid_t pid) override;
+  std::optional<std::string> process_exe(pid_t pid) override;
   SocketState probe_socket(const std::string& path) override;
   std::string hostname() override;
 };
@@ -120,10 +129,96 @@ struct NodeGpuRow {
   nlohmann::json to_json() const;
 };
 
+// A path and what stat said about it.
+struct PathFacts {
+  std::string path;
+  FileFacts facts;
+};
+
+// Everything the node checks look at, read once by gather_node_facts.
+struct NodeFacts {
+  NodeDoctorOptions options;
+  std::string host;
+  // slurm.conf
+  SlurmConf conf;
+  std::optional<std::string> conf_error;     // slurm.conf unreadable
+  std::vector<std::string> node_candidates;  // NodeNames of this host
+  std::string node;                          // the node the checks are about
+  // plugstack.conf and our line in it
+  std::string plugstack_path;
+  std::vector<std::string> plugin_dirs;
+  Plugstack stack;
+  std::vector<PlugstackEntry> plugin_lines;  // lines naming unilab_mps.so
+  std::optional<FileFacts> plugin_file;      // the first line's resolved file
+  std::optional<PluginConfig> plugin_config; // its arguments, parsed
+  std::string plugin_args_error;
+  PluginConfig config;                       // plugin_config, else the defaults
+  // slurmd
+  std::string slurmd_pid_file;
+  std::optional<std::string> slurmd_pid_text;
+  pid_t slurmd_pid = 0;
+  std::optional<std::string> slurmd_name;
+  std::optional<double> slurmd_started;
+  std::vector<PathFacts> watched;  // plugstack files and the plugin: slurmd reads them at start
+  std::optional<std::string> slurmd_exe;
+  std::optional<std::string> slurmd_version_output;  // `slurmd -V`, or why it did not run
+  std::optional<SlurmVersion> slurm_version;
+  // the plugin's directories, each component from / down to the leaf
+  std::vector<PathFacts> state_dir_chain, run_dir_chain;
+  // NVIDIA tools
+  bool nvidia_smi_executable = false;
+  std::optional<std::vector<GpuIdentity>> gpus;
+  std::string gpus_error;
+  bool mps_control_executable = false;
+  // gres.conf and the GPU table
+  std::string gres_path;
+  std::optional<GresConf> gres;
+  std::string gres_error;  // unreadable or unparsable
+  std::vector<GresGpuMapping> gpu_entries;
+  std::string gpu_map_error;
+  // the rest
+  SocketState default_pipe = SocketState::kMissing;
+  std::string job_container_conf_path;
+  std::optional<std::string> job_container_dirs;  // Dirs= of job_container.conf
+  std::optional<SlurmConf> cgroup_conf;
+  std::string cgroup_conf_error;
+  bool cgroup_v1_mounted = false;  // <mount>/freezer is a directory
+  bool cgroup_v2_mounted = false;  // <mount>/cgroup.controllers exists
+};
+
+// Reads the machine. The only step of the doctor that does I/O.
+NodeFacts gather_node_facts(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& options);
+
+// What a check says; nullopt from a check: it does not apply here (no line).
+struct CheckResult {
+  CheckStatus status = CheckStatus::kOk;
+  std::string detail;
+};
+using NodeCheckFn = std::optional<CheckResult> (*)(const NodeFacts&);
+
+// One row of the doctor's table. A check whose `depends_on` check failed or
+// was skipped is not run: it is reported as skipped, naming that check, so a
+// root cause fails once. A dependency without a line (it did not apply)
+// does not stop it.
+struct NodeCheck {
+  const char* id;
+  const char* depends_on[3];  // ids of earlier rows; nullptr: none
+  NodeCheckFn run;
+};
+
+// The table, in report order.
+const std::vector<NodeCheck>& node_checks();
+
+// Runs `table` over `facts` in order.
+std::vector<DoctorCheck> run_node_checks(const NodeFacts& facts, const std::vector<NodeCheck>& table);
+
+// The GPU table of the report (gres.conf entries mapped to nvidia-smi GPUs).
+std::vector<NodeGpuRow> node_gpu_rows(const NodeFacts& facts);
+
 struct NodeDoctorReport {
   std::string node;
   std::string slurm_conf;
-  std::vector<DoctorCheck> checks;  // status ok | warn | fail
+  std::vector<DoctorCheck> checks;
   std::vector<NodeGpuRow> gpus;
   bool ok() const;
   nlohmann::json to_json() const;

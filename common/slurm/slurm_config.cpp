@@ -9,6 +9,7 @@
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -153,7 +154,7 @@ std::string parse_mem_limit(const std::string& value, const std::optional<unsign
 std::string gres_conf_path(const PluginConfig& cfg, const std::optional<std::string>& slurm_conf) {
   if (cfg.gres_conf) return *cfg.gres_conf;
   if (slurm_conf && !slurm_conf->empty() && (*slurm_conf)[0] == '/') return split_parent(*slurm_conf).first + "/gres.conf";
-  return "/etc/slurm/gres.conf";
+  return locate_slurm_conf().dir() + "/gres.conf";
 }
 
 }  // namespace unilab::mps

@@ -42,8 +42,8 @@ double parse_thread_percentage(const std::string& value, const std::optional<dou
 std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max);
 unsigned long long parse_size_bytes(const std::string& value);
 
-// The gres.conf path: the configured one, else next to SLURM_CONF, else
-// /etc/slurm/gres.conf.
+// The gres.conf path: the configured one, else next to SLURM_CONF, else next
+// to the slurm.conf locate_slurm_conf finds (the configless cache included).
 std::string gres_conf_path(const PluginConfig& cfg, const std::optional<std::string>& slurm_conf);
 
 }  // namespace unilab::mps

@@ -39,6 +39,10 @@ class FakeNodeProbe final : public NodeProbe {
     auto it = procs.find(pid);
     return it == procs.end() ? std::nullopt : std::optional<double>(it->second.second);
   }
+  std::optional<std::string> process_exe(pid_t pid) override {
+    auto it = exes.find(pid);
+    return it == exes.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
   SocketState probe_socket(const std::string& path) override {
     auto it = sockets.find(path);
     return it == sockets.end() ? SocketState::kMissing : it->second;
@@ -68,6 +72,7 @@ class FakeNodeProbe final : public NodeProbe {
   std::map<std::string, int> minors;
   std::map<pid_t, std::pair<std::string, double>> procs;
   std::map<std::string, SocketState> sockets;
+  std::map<pid_t, std::string> exes;
   std::string host = "host2";
 };
 
@@ -97,6 +102,7 @@ class NodeDoctorTest : public ::testing::Test {
     probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(0, 0644, 800);
     probe.files["/run/slurmd-gpu02.pid"] = "4242\n";
     probe.procs[4242] = {"slurmd", 1000.0};
+    probe.exes[4242] = "/usr/sbin/slurmd";
     probe.facts["/"] = FakeNodeProbe::dir(0, 0755);
     probe.facts["/run"] = FakeNodeProbe::dir(0, 0755);
     probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0755);
@@ -105,6 +111,7 @@ class NodeDoctorTest : public ::testing::Test {
     probe.minors = {{"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}, {"/dev/nvidia2", 2}, {"/dev/nvidia3", 3}};
     runner.handler = [](const Command& c) {
       if (c.argv[0] == "/opt/nv/nvidia-smi") return test::exited(0, test::smi_csv(test::four_gpus()));
+      if (c.argv == std::vector<std::string>{"/usr/sbin/slurmd", "-V"}) return test::exited(0, "slurm 22.05.8\n");
       return test::exec_failed(c.argv[0]);
     };
   }
@@ -115,7 +122,7 @@ class NodeDoctorTest : public ::testing::Test {
 
   static const DoctorCheck& check(const NodeDoctorReport& rep, const std::string& name) {
     for (const auto& c : rep.checks) if (c.name == name) return c;
-    static const DoctorCheck missing{"<missing>", "<missing>", ""};
+    static const DoctorCheck missing{"<missing>", CheckStatus::kSkip, "<missing>"};
     ADD_FAILURE() << "no check named " << name;
     return missing;
   }
@@ -124,7 +131,7 @@ class NodeDoctorTest : public ::testing::Test {
 TEST_F(NodeDoctorTest, ReadyNodeMapsEveryGpuAndPassesEveryCheck) {
   NodeDoctorReport rep = run();
   EXPECT_TRUE(rep.ok()) << rep.to_text();
-  for (const auto& c : rep.checks) EXPECT_EQ(c.status, "ok") << c.name << ": " << c.detail;
+  for (const auto& c : rep.checks) EXPECT_EQ(c.status, CheckStatus::kOk) << c.name << ": " << c.detail;
   EXPECT_EQ(rep.node, "gpu02");
   EXPECT_NE(check(rep, "plugin-listed").detail.find(std::string(kPlugstackD) + ":1: optional unilab_mps.so"), std::string::npos);
   EXPECT_NE(check(rep, "plugstack").detail.find("include /etc/slurm/plugstack.conf.d/*.conf (1 file)"), std::string::npos);
@@ -171,7 +178,7 @@ TEST_F(NodeDoctorTest, PluginNotListedFails) {
   set_plugin_line("# optional unilab_mps.so\noptional /usr/lib/x86_64-linux-gnu/slurm-wlm/other.so\n");
   NodeDoctorReport rep = run();
   EXPECT_FALSE(rep.ok());
-  EXPECT_EQ(check(rep, "plugin-listed").status, "fail");
+  EXPECT_EQ(check(rep, "plugin-listed").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "plugin-listed").detail.find("no `optional .../unilab_mps.so` line"), std::string::npos);
   EXPECT_NE(rep.to_text().find("not ready"), std::string::npos);
 }
@@ -181,34 +188,34 @@ TEST_F(NodeDoctorTest, PluginListedTwiceFails) {
       "optional /usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so\ninclude plugstack.conf.d/*.conf\n";
   probe.globs["/etc/slurm/plugstack.conf.d/*.conf"] = {kPlugstackD};
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "plugin-listed").status, "fail");
+  EXPECT_EQ(check(rep, "plugin-listed").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "plugin-listed").detail.find("listed 2 times"), std::string::npos);
 }
 
 TEST_F(NodeDoctorTest, RelativePluginNotInPluginDirFails) {
   probe.files[opt.slurm_conf] += "PluginDir=/opt/slurm/lib:/opt/slurm/lib64\n";
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "plugin-file").status, "fail");
+  EXPECT_EQ(check(rep, "plugin-file").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "plugin-file").detail.find("/opt/slurm/lib:/opt/slurm/lib64"), std::string::npos);
   probe.facts["/opt/slurm/lib64/unilab_mps.so"] = FakeNodeProbe::file(0, 0755, 800);
-  EXPECT_EQ(check(run(), "plugin-file").status, "ok");
+  EXPECT_EQ(check(run(), "plugin-file").status, CheckStatus::kOk);
 }
 
 TEST_F(NodeDoctorTest, PluginFileWritableByOthersOrMissingFails) {
   probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(1000, 0644, 800);
   EXPECT_NE(check(run(), "plugin-file").detail.find("owned by uid 1000"), std::string::npos);
   probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(0, 0666, 800);
-  EXPECT_EQ(check(run(), "plugin-file").status, "fail");
+  EXPECT_EQ(check(run(), "plugin-file").status, CheckStatus::kFail);
   set_plugin_line("optional /nowhere/unilab_mps.so\n");
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "plugin-file").status, "fail");
+  EXPECT_EQ(check(rep, "plugin-file").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "plugin-file").detail.find("/nowhere/unilab_mps.so does not exist"), std::string::npos);
 }
 
 TEST_F(NodeDoctorTest, BadPluginArgumentsFail) {
   set_plugin_line("optional unilab_mps.so state_dir=relative\n");
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "plugin-args").status, "fail");
+  EXPECT_EQ(check(rep, "plugin-args").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "plugin-args").detail.find("state_dir=relative"), std::string::npos);
   set_plugin_line("optional unilab_mps.so colour=blue\n");
   EXPECT_NE(check(run(), "plugin-args").detail.find("unknown plugin argument 'colour'"), std::string::npos);
@@ -218,12 +225,12 @@ TEST_F(NodeDoctorTest, SlurmdStartedBeforeTheLastChangeMustBeRestarted) {
   probe.facts[kPlugstackD] = FakeNodeProbe::file(0, 0644, 1100);
   NodeDoctorReport rep = run();
   EXPECT_FALSE(rep.ok());
-  EXPECT_EQ(check(rep, "slurmd").status, "fail");
+  EXPECT_EQ(check(rep, "slurmd").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "slurmd").detail.find("restart slurmd"), std::string::npos);
   EXPECT_NE(check(rep, "slurmd").detail.find(kPlugstackD), std::string::npos);
   // A newer plugin file counts the same; a change within the clock-tick slack does not.
   probe.facts[kPlugstackD] = FakeNodeProbe::file(0, 0644, 1000.05);
-  EXPECT_EQ(check(run(), "slurmd").status, "ok");
+  EXPECT_EQ(check(run(), "slurmd").status, CheckStatus::kOk);
   probe.facts["/usr/lib/x86_64-linux-gnu/slurm-wlm/unilab_mps.so"] = FakeNodeProbe::file(0, 0644, 2000);
   EXPECT_NE(check(run(), "slurmd").detail.find("unilab_mps.so"), std::string::npos);
 }
@@ -232,9 +239,9 @@ TEST_F(NodeDoctorTest, SlurmdNotRunningFails) {
   probe.procs.clear();
   EXPECT_NE(check(run(), "slurmd").detail.find("pid 4242 (gone)"), std::string::npos);
   probe.procs[4242] = {"bash", 1000.0};  // the pid was reused
-  EXPECT_EQ(check(run(), "slurmd").status, "fail");
+  EXPECT_EQ(check(run(), "slurmd").status, CheckStatus::kFail);
   probe.procs[4242] = {"slurmstepd", 1000.0};
-  EXPECT_EQ(check(run(), "slurmd").status, "fail");
+  EXPECT_EQ(check(run(), "slurmd").status, CheckStatus::kFail);
   probe.files.erase("/run/slurmd-gpu02.pid");
   EXPECT_NE(check(run(), "slurmd").detail.find("no pid file /run/slurmd-gpu02.pid"), std::string::npos);
 }
@@ -243,7 +250,7 @@ TEST_F(NodeDoctorTest, UnsafeStateOrRunDirFails) {
   probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(1000, 0755);
   EXPECT_NE(check(run(), "state-dir").detail.find("owned by uid 1000"), std::string::npos);
   probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0775);
-  EXPECT_NE(check(run(), "state-dir").detail.find("writable by group/other"), std::string::npos);
+  EXPECT_NE(check(run(), "state-dir").detail.find("writable by group or others"), std::string::npos);
   probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0700);
   EXPECT_NE(check(run(), "state-dir").detail.find("must traverse it"), std::string::npos);
   probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0755);
@@ -255,28 +262,28 @@ TEST_F(NodeDoctorTest, UnsafeStateOrRunDirFails) {
   probe.facts["/tmp"] = FakeNodeProbe::dir(0, 01777);
   probe.facts["/tmp/s"] = FakeNodeProbe::dir(0, 0755);
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "state-dir").status, "ok");
-  EXPECT_EQ(check(rep, "run-dir").status, "ok");
+  EXPECT_EQ(check(rep, "state-dir").status, CheckStatus::kOk);
+  EXPECT_EQ(check(rep, "run-dir").status, CheckStatus::kOk);
   probe.facts["/tmp/s"] = FakeNodeProbe::dir(0, 01777);  // sticky leaf: still writable by all
-  EXPECT_EQ(check(run(), "state-dir").status, "fail");
+  EXPECT_EQ(check(run(), "state-dir").status, CheckStatus::kFail);
 }
 
 TEST_F(NodeDoctorTest, ToolsFromThePluginArgumentsMustBeExecutable) {
   probe.executables.erase("/opt/nv/nvidia-smi");
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "nvidia-smi").status, "fail");
+  EXPECT_EQ(check(rep, "nvidia-smi").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "nvidia-smi").detail.find("/opt/nv/nvidia-smi is missing"), std::string::npos);
   EXPECT_EQ(runner.count_program("/opt/nv/nvidia-smi"), 0u);
   // Without nvidia-smi the table still lists gres.conf, each row flagged.
   ASSERT_EQ(rep.gpus.size(), 4u);
   EXPECT_FALSE(rep.gpus[0].problem.empty());
   probe.executables.erase("/opt/nv/nvidia-cuda-mps-control");
-  EXPECT_EQ(check(run(), "mps-control").status, "fail");
+  EXPECT_EQ(check(run(), "mps-control").status, CheckStatus::kFail);
 }
 
 TEST_F(NodeDoctorTest, NvidiaSmiWithoutDriverFails) {
   runner.handler = [](const Command&) { return test::exited(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"); };
-  EXPECT_EQ(check(run(), "nvidia-smi").status, "fail");
+  EXPECT_EQ(check(run(), "nvidia-smi").status, CheckStatus::kFail);
 }
 
 TEST_F(NodeDoctorTest, EveryUnmappableGpuIsFlagged) {
@@ -292,7 +299,7 @@ TEST_F(NodeDoctorTest, EveryUnmappableGpuIsFlagged) {
   EXPECT_NE(rep.gpus[2].problem.find("not a character device"), std::string::npos);
   EXPECT_NE(check(rep, "gpu-map").detail.find("2 of 3 GPU(s)"), std::string::npos);
   // nvidia-smi GPUs no GRES entry names: Slurm never schedules them.
-  EXPECT_EQ(check(rep, "gpu-unlisted").status, "warn");
+  EXPECT_EQ(check(rep, "gpu-unlisted").status, CheckStatus::kWarn);
   EXPECT_NE(check(rep, "gpu-unlisted").detail.find(test::kUuid1), std::string::npos);
   EXPECT_NE(rep.to_text().find("NOT MAPPED"), std::string::npos);
 }
@@ -305,7 +312,7 @@ TEST_F(NodeDoctorTest, TwoGresEntriesOnOneGpuFail) {
 TEST_F(NodeDoctorTest, GresConfFromThePluginArgument) {
   set_plugin_line(std::string("optional unilab_mps.so gres_conf=/etc/gres-alt.conf ") + kArgs + "\n");
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "gres.conf").status, "fail");
+  EXPECT_EQ(check(rep, "gres.conf").status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "gres.conf").detail.find("/etc/gres-alt.conf"), std::string::npos);
 }
 
@@ -315,9 +322,9 @@ TEST_F(NodeDoctorTest, DaemonOnTheDefaultPipeDirectory) {
   EXPECT_FALSE(rep.ok());
   EXPECT_NE(check(rep, "default-pipe").detail.find("every CUDA program"), std::string::npos);
   probe.sockets["/tmp/nvidia-mps/control"] = SocketState::kRefused;
-  EXPECT_EQ(check(run(), "default-pipe").status, "warn");
+  EXPECT_EQ(check(run(), "default-pipe").status, CheckStatus::kWarn);
   probe.sockets["/tmp/nvidia-mps/control"] = SocketState::kDenied;
-  EXPECT_EQ(check(run(), "default-pipe").status, "warn");
+  EXPECT_EQ(check(run(), "default-pipe").status, CheckStatus::kWarn);
 }
 
 TEST_F(NodeDoctorTest, JobContainerTmpfsMakesDevShmPrivate) {
@@ -326,16 +333,16 @@ TEST_F(NodeDoctorTest, JobContainerTmpfsMakesDevShmPrivate) {
   EXPECT_FALSE(rep.ok());
   EXPECT_NE(check(rep, "dev-shm").detail.find("private /dev/shm (Slurm 22.05 always does)"), std::string::npos);
   probe.files["/etc/slurm/job_container.conf"] = "AutoBasePath=true\nBasePath=/var/jc\nDirs=/tmp,/dev/shm\n";
-  EXPECT_EQ(check(run(), "dev-shm").status, "fail");
+  EXPECT_EQ(check(run(), "dev-shm").status, CheckStatus::kFail);
   probe.files["/etc/slurm/job_container.conf"] = "AutoBasePath=true\nBasePath=/var/jc\nDirs=/tmp\n";
-  EXPECT_EQ(check(run(), "dev-shm").status, "ok");
+  EXPECT_EQ(check(run(), "dev-shm").status, CheckStatus::kOk);
 }
 
 TEST_F(NodeDoctorTest, PrologHelperNextToThePluginIsFlagged) {
   probe.files[opt.slurm_conf] += "Prolog=/usr/sbin/unilab-mps-prolog\nEpilog=/usr/sbin/unilab-mps-epilog\n";
   NodeDoctorReport rep = run();
   EXPECT_TRUE(rep.ok());
-  EXPECT_EQ(check(rep, "prolog-helper").status, "warn");
+  EXPECT_EQ(check(rep, "prolog-helper").status, CheckStatus::kWarn);
 }
 
 TEST_F(NodeDoctorTest, NodeNameFromOptionOrAmbiguousHost) {
@@ -343,8 +350,8 @@ TEST_F(NodeDoctorTest, NodeNameFromOptionOrAmbiguousHost) {
   NodeDoctorReport rep = run();
   EXPECT_EQ(rep.node, "gpu01");
   // gpu01 has no pid file and gres.conf lists no GPU for it.
-  EXPECT_EQ(check(rep, "slurmd").status, "fail");
-  EXPECT_EQ(check(rep, "gpu-map").status, "fail");
+  EXPECT_EQ(check(rep, "slurmd").status, CheckStatus::kFail);
+  EXPECT_EQ(check(rep, "gpu-map").status, CheckStatus::kFail);
   opt.node.reset();
   probe.files[opt.slurm_conf] += "NodeName=extra NodeHostname=host2\n";
   EXPECT_NE(check(run(), "node").detail.find("several Slurm nodes (extra,gpu02)"), std::string::npos);
@@ -354,9 +361,11 @@ TEST_F(NodeDoctorTest, MissingSlurmConfAndPlugstack) {
   probe.files.erase(opt.slurm_conf);
   probe.files.erase("/etc/slurm/plugstack.conf");
   NodeDoctorReport rep = run();
-  EXPECT_EQ(check(rep, "slurm.conf").status, "fail");
-  EXPECT_EQ(check(rep, "plugstack").status, "fail");
-  EXPECT_EQ(check(rep, "plugin-listed").status, "fail");
+  EXPECT_EQ(check(rep, "slurm.conf").status, CheckStatus::kFail);
+  EXPECT_EQ(check(rep, "plugstack").status, CheckStatus::kFail);
+  // One root cause, one fail: the plugin line is not looked for in a stack that is not there.
+  EXPECT_EQ(check(rep, "plugin-listed").status, CheckStatus::kSkip);
+  EXPECT_EQ(check(rep, "plugin-listed").detail, "skipped: needs plugstack");
 }
 
 TEST_F(NodeDoctorTest, PlugStackConfigAndIncludesInSlurmConf) {
@@ -368,6 +377,37 @@ TEST_F(NodeDoctorTest, PlugStackConfigAndIncludesInSlurmConf) {
   EXPECT_TRUE(rep.ok()) << rep.to_text();
   EXPECT_NE(check(rep, "slurm.conf").detail.find("/etc/slurm/site.conf"), std::string::npos);
   EXPECT_NE(check(rep, "plugin-listed").detail.find("/srv/spank/stack.conf:1: required"), std::string::npos);
+}
+
+// Root cause once: a typo in one plugin argument is one fail line; what
+// needs the arguments is reported skipped, naming what it needs.
+TEST_F(NodeDoctorTest, OneTypoInAPluginArgumentIsOneFailLine) {
+  set_plugin_line(std::string("optional unilab_mps.so ") + kArgs + " stat_dir=/run/x\n");
+  NodeDoctorReport rep = run();
+  std::vector<std::string> fails;
+  for (const auto& c : rep.checks) {
+    if (c.status == CheckStatus::kFail) fails.push_back(c.name + ": " + c.detail);
+  }
+  ASSERT_EQ(fails.size(), 1u) << rep.to_text();
+  EXPECT_NE(fails[0].find("plugin-args: unknown plugin argument 'stat_dir'"), std::string::npos) << fails[0];
+  for (const char* id : {"state-dir", "run-dir", "nvidia-smi", "mps-control", "gres.conf", "containment"}) {
+    EXPECT_EQ(check(rep, id).status, CheckStatus::kSkip) << id;
+    EXPECT_EQ(check(rep, id).detail, "skipped: needs plugin-args") << id;
+  }
+  EXPECT_EQ(check(rep, "gpu-map").detail, "skipped: needs gres.conf");
+  EXPECT_NE(rep.to_text().find("[skip] nvidia-smi     skipped: needs plugin-args\n"), std::string::npos) << rep.to_text();
+  EXPECT_EQ(rep.to_json()["checks"][5]["status"], "fail");
+  EXPECT_FALSE(rep.ok());
+}
+
+TEST_F(NodeDoctorTest, AsksTheRunningSlurmdForItsVersion) {
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(runner.count_program("/usr/sbin/slurmd"), 1u);
+  EXPECT_NE(check(rep, "slurm-version").detail.find("Slurm 22.05.8 (series 22.05)"), std::string::npos);
+  probe.exes.erase(4242);
+  rep = run();
+  EXPECT_EQ(check(rep, "slurm-version").status, CheckStatus::kWarn);
+  EXPECT_TRUE(rep.ok());
 }
 
 TEST(PlugstackTest, ParsesLikeSlurm) {

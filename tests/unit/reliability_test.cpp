@@ -312,7 +312,7 @@ TEST(DoctorOrphan, ReportsTheDaemonOfAStartingRecord) {
   test::write_text(tmp / ("pipe/" + std::string(kPidFileName)), "6100\n");
   const DoctorReport rep = doctor(d.services, d.tools, store, std::string("0"), q);
   ASSERT_TRUE(find(rep));
-  EXPECT_EQ(find(rep)->status, "warn");
+  EXPECT_EQ(find(rep)->status, CheckStatus::kWarn);
   EXPECT_NE(find(rep)->detail.find("orphan: pid 6100"), std::string::npos) << find(rep)->detail;
   EXPECT_NE(find(rep)->detail.find("unilab-mps stop crashed"), std::string::npos) << find(rep)->detail;
   EXPECT_TRUE(d.signaller.requests.empty());  // doctor changes nothing

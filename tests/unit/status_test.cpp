@@ -162,16 +162,16 @@ TEST_F(StatusTest, DoctorIsOkOnAHealthyHost) {
   q.cuda_visible_devices = "1";
   DoctorReport rep = doctor(d.services, d.tools, store, std::nullopt, q);
   ASSERT_TRUE(check(rep, "nvidia-smi"));
-  EXPECT_EQ(check(rep, "nvidia-smi")->status, "ok");
-  EXPECT_EQ(check(rep, "topology")->status, "ok");
-  EXPECT_EQ(check(rep, "mps-control")->status, "ok");
-  EXPECT_EQ(check(rep, "records")->status, "ok");
+  EXPECT_EQ(check(rep, "nvidia-smi")->status, CheckStatus::kOk);
+  EXPECT_EQ(check(rep, "topology")->status, CheckStatus::kOk);
+  EXPECT_EQ(check(rep, "mps-control")->status, CheckStatus::kOk);
+  EXPECT_EQ(check(rep, "records")->status, CheckStatus::kOk);
   ASSERT_TRUE(rep.plan);
   EXPECT_EQ(rep.plan->topology_mode, kSingleGpu);
   EXPECT_EQ(rep.plan->gpus.at(0).uuid, test::kUuid1);
   // The default pipe check depends on this machine; it is never "fail".
   ASSERT_TRUE(check(rep, "default-pipe"));
-  EXPECT_NE(check(rep, "default-pipe")->status, "fail");
+  EXPECT_NE(check(rep, "default-pipe")->status, CheckStatus::kFail);
   EXPECT_TRUE(rep.ok());
   EXPECT_EQ(rep.to_json()["ok"], true);
   // Read-only: no daemon launched, nothing written.
@@ -184,7 +184,7 @@ TEST_F(StatusTest, DoctorFailsWhenNvidiaSmiFails) {
   d.host.smi_err = "nvidia-smi: driver not loaded";
   DoctorReport rep = doctor(d.services, d.tools, store, std::nullopt, StatusQuery{});
   ASSERT_TRUE(check(rep, "nvidia-smi"));
-  EXPECT_EQ(check(rep, "nvidia-smi")->status, "fail");
+  EXPECT_EQ(check(rep, "nvidia-smi")->status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "nvidia-smi")->detail.find("driver not loaded"), std::string::npos);
   EXPECT_FALSE(rep.ok());
   EXPECT_FALSE(rep.plan);
@@ -194,22 +194,22 @@ TEST_F(StatusTest, DoctorFailsWhenNvidiaSmiFails) {
 TEST_F(StatusTest, DoctorFailsWhenMpsControlIsMissing) {
   d.tools.mps_control = tmp / "no-such-mps-control";
   DoctorReport rep = doctor(d.services, d.tools, store, std::string("0"), StatusQuery{});
-  EXPECT_EQ(check(rep, "mps-control")->status, "fail");
+  EXPECT_EQ(check(rep, "mps-control")->status, CheckStatus::kFail);
   EXPECT_NE(check(rep, "mps-control")->detail.find("no-such-mps-control"), std::string::npos);
   EXPECT_FALSE(rep.ok());
   // Not executable counts as missing.
   test::write_text(tmp / "not-exec", "x", 0644);
   d.tools.mps_control = tmp / "not-exec";
   // (root too: X_OK needs at least one execute bit.)
-  EXPECT_EQ(check(doctor(d.services, d.tools, store, std::string("0"), StatusQuery{}), "mps-control")->status, "fail");
+  EXPECT_EQ(check(doctor(d.services, d.tools, store, std::string("0"), StatusQuery{}), "mps-control")->status, CheckStatus::kFail);
 }
 
 TEST_F(StatusTest, DoctorFailsOnABadSelector) {
   DoctorReport rep = doctor(d.services, d.tools, store, std::nullopt, StatusQuery{});  // 4 GPUs, no selector
-  EXPECT_EQ(check(rep, "topology")->status, "fail");
+  EXPECT_EQ(check(rep, "topology")->status, CheckStatus::kFail);
   EXPECT_FALSE(rep.ok());
   rep = doctor(d.services, d.tools, store, std::string("per-gpu:0,3"), StatusQuery{});
-  EXPECT_EQ(check(rep, "topology")->status, "ok");
+  EXPECT_EQ(check(rep, "topology")->status, CheckStatus::kOk);
   EXPECT_EQ(rep.plan->topology_mode, kTaskPerGpu);
 }
 
@@ -219,10 +219,10 @@ TEST_F(StatusTest, DoctorWarnsOnAStaleRecordAndNotesALiveOne) {
   live_record("live", 602, test::kUuid0);
   DoctorReport rep = doctor(d.services, d.tools, store, std::string("0"), StatusQuery{});
   ASSERT_TRUE(check(rep, "daemon stale"));
-  EXPECT_EQ(check(rep, "daemon stale")->status, "warn");
+  EXPECT_EQ(check(rep, "daemon stale")->status, CheckStatus::kWarn);
   EXPECT_NE(check(rep, "daemon stale")->detail.find("unilab-mps stop stale"), std::string::npos);
   ASSERT_TRUE(check(rep, "daemon live"));
-  EXPECT_EQ(check(rep, "daemon live")->status, "ok");
+  EXPECT_EQ(check(rep, "daemon live")->status, CheckStatus::kOk);
   EXPECT_NE(check(rep, "daemon live")->detail.find(test::kUuid0), std::string::npos);
   EXPECT_TRUE(rep.ok());  // warnings do not fail
   // The stale record is reported, not cleaned (doctor changes nothing).
@@ -233,11 +233,11 @@ TEST_F(StatusTest, DoctorWarnsOnCorruptRecords) {
   live_record("a", 501, test::kUuid0);
   test::write_text(store.root() + "/broken.json", "[]", 0600);
   DoctorReport rep = doctor(d.services, d.tools, store, std::string("0"), StatusQuery{});
-  EXPECT_EQ(check(rep, "records")->status, "warn");
+  EXPECT_EQ(check(rep, "records")->status, CheckStatus::kWarn);
   EXPECT_NE(check(rep, "records")->detail.find("broken.json"), std::string::npos);
   chmod(store.root().c_str(), 0777);
   rep = doctor(d.services, d.tools, store, std::string("0"), StatusQuery{});
-  EXPECT_EQ(check(rep, "records")->status, "fail");
+  EXPECT_EQ(check(rep, "records")->status, CheckStatus::kFail);
 }
 
 TEST_F(StatusTest, DoctorReportsTheCallersPipeEnvironment) {

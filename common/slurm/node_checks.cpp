@@ -1,0 +1,401 @@
+// The checks of `unilab-mps doctor --node`: each a pure function of the
+// gathered NodeFacts, listed in one table at the end of this file.
+//
+// Adding a check: write `std::optional<CheckResult> check_x(const NodeFacts&)`
+// (a new fact goes into NodeFacts and is read in gather_node_facts), then add
+// one row {"x", {"id it needs", ...}, check_x} to kChecks where it belongs in
+// the report. Return nullopt when the check does not apply on this node.
+#include <sys/stat.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/slurm/containment.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/mps_control.hpp"
+#include "common/slurm/node_doctor.hpp"
+#include "common/mps/safefs.hpp"
+
+namespace unilab::mps {
+namespace {
+
+constexpr const char* kPluginFile = "unilab_mps.so";
+
+using Result = std::optional<CheckResult>;
+
+CheckResult ok(std::string detail) { return {CheckStatus::kOk, std::move(detail)}; }
+CheckResult warn(std::string detail) { return {CheckStatus::kWarn, std::move(detail)}; }
+CheckResult fail(std::string detail) { return {CheckStatus::kFail, std::move(detail)}; }
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string plural(size_t n) { return n == 1 ? "" : "s"; }
+
+std::string format_time(double t) {
+  time_t secs = static_cast<time_t>(t);
+  struct tm tm {};
+  localtime_r(&secs, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string octal_mode(mode_t m) { return fmt::format("{:04o}", static_cast<unsigned>(m & 07777)); }
+
+const PlugstackEntry* plugin_line(const NodeFacts& f) { return f.plugin_lines.empty() ? nullptr : &f.plugin_lines.front(); }
+
+// ------------------------------------------------------------ slurm.conf, node
+
+Result check_slurm_conf(const NodeFacts& f) {
+  if (f.conf_error) return fail(*f.conf_error);
+  if (f.conf.problems.empty()) return ok(join(f.conf.files, ", "));
+  return warn(join(f.conf.files, ", ") + "; " + join(f.conf.problems, "; "));
+}
+
+Result check_node(const NodeFacts& f) {
+  if (f.options.node) return ok(fmt::format("{} (given)", f.node));
+  const auto& names = f.node_candidates;
+  if (names.size() == 1) return ok(fmt::format("{} (NodeName of host {} in slurm.conf)", f.node, f.host));
+  if (names.empty()) {
+    return warn(fmt::format("no NodeName/NodeHostname in slurm.conf matches host {}; assuming node {} (pass --node-name)", f.host,
+                            f.host));
+  }
+  return fail(fmt::format("host {} is several Slurm nodes ({}); pass --node-name", f.host, join(names, ",")));
+}
+
+// ------------------------------------------------------------ plugstack and the plugin
+
+Result check_plugstack(const NodeFacts& f) {
+  const Plugstack& s = f.stack;
+  if (s.files.empty()) {
+    return fail(fmt::format("{} does not exist (PlugStackConfig{}): Slurm loads no SPANK plugin", f.plugstack_path,
+                            f.conf.get("plugstackconfig") ? "" : " unset: next to slurm.conf"));
+  }
+  CheckResult r = ok(fmt::format("read {}{}{}", join(s.files, ", "), s.includes.empty() ? "" : "; " + join(s.includes, "; "),
+                                 s.problems.empty() ? "" : "; " + join(s.problems, "; ")));
+  if (!s.problems.empty()) r.status = CheckStatus::kWarn;
+  return r;
+}
+
+Result check_plugin_listed(const NodeFacts& f) {
+  const auto& lines = f.plugin_lines;
+  if (lines.empty()) {
+    return fail(fmt::format("no `optional .../{}` line in {}: add one (example: /usr/share/doc/unilab-mps/examples/"
+                            "plugstack.conf.d/unilab-mps.conf), then restart slurmd",
+                            kPluginFile, f.stack.files.empty() ? f.plugstack_path : join(f.stack.files, ", ")));
+  }
+  if (lines.size() > 1) {
+    std::vector<std::string> where;
+    for (const auto& e : lines) where.push_back(fmt::format("{}:{}", e.file, e.line));
+    return fail(fmt::format("{} is listed {} times ({}): Slurm refuses to load it a second time; keep one line", kPluginFile,
+                            lines.size(), join(where, ", ")));
+  }
+  const PlugstackEntry& e = lines.front();
+  return ok(fmt::format("{}:{}: {} {} ({} argument{})", e.file, e.line, e.kind, e.path, e.args.size(), plural(e.args.size())));
+}
+
+Result check_plugin_file(const NodeFacts& f) {
+  const PlugstackEntry* e = plugin_line(f);
+  if (!e) return std::nullopt;
+  if (e->resolved.empty()) {
+    return fail(fmt::format("{} is not in PluginDir ({}): give the absolute path", e->path, join(f.plugin_dirs, ":")));
+  }
+  const FileFacts so = f.plugin_file.value_or(FileFacts{});
+  if (!so.exists) return fail(fmt::format("{} does not exist: install unilab-mps (cmake --install or the .deb)", e->resolved));
+  if (!so.is_regular) return fail(fmt::format("{} is not a regular file", e->resolved));
+  if (so.uid != 0 || (so.mode & (S_IWGRP | S_IWOTH))) {
+    return fail(fmt::format("{} is owned by uid {} with mode {}: slurmd loads it as root, so it must be root-owned and writable "
+                            "by root only",
+                            e->resolved, so.uid, octal_mode(so.mode)));
+  }
+  return ok(fmt::format("{} (root, {})", e->resolved, octal_mode(so.mode)));
+}
+
+Result check_plugin_args(const NodeFacts& f) {
+  const PlugstackEntry* e = plugin_line(f);
+  if (!e) return std::nullopt;
+  if (!f.plugin_config) return fail(fmt::format("{}: the plugin refuses to load with these arguments", f.plugin_args_error));
+  return ok(e->args.empty() ? "defaults" : join(e->args, " "));
+}
+
+// ------------------------------------------------------------ slurmd
+
+// Running, and started after the plugin and plugstack.conf last changed.
+Result check_slurmd(const NodeFacts& f) {
+  const bool running = f.slurmd_pid > 0 && f.slurmd_name && f.slurmd_name->starts_with("slurmd") && f.slurmd_started;
+  if (!running) {
+    std::string why = !f.slurmd_pid_text ? "no pid file " + f.slurmd_pid_file
+                                         : fmt::format("pid file {} names {}", f.slurmd_pid_file,
+                                                       f.slurmd_pid > 0 ? fmt::format("pid {} ({})", f.slurmd_pid,
+                                                                                      f.slurmd_name.value_or("gone"))
+                                                                        : std::string("no pid"));
+    return fail(fmt::format("slurmd is not running ({}): start it", why));
+  }
+  std::vector<std::string> changed;
+  for (const auto& w : f.watched) {
+    if (w.facts.exists && w.facts.mtime > *f.slurmd_started + f.options.mtime_slack_s) {
+      changed.push_back(fmt::format("{} ({})", w.path, format_time(w.facts.mtime)));
+    }
+  }
+  if (changed.empty()) {
+    return ok(fmt::format("pid {} started {}, after the plugin and plugstack.conf last changed", f.slurmd_pid,
+                          format_time(*f.slurmd_started)));
+  }
+  return fail(fmt::format("pid {} started {}, before {} changed: restart slurmd (it decides at start whether to run the SPANK "
+                          "prolog/epilog; scontrol reconfigure is not enough)",
+                          f.slurmd_pid, format_time(*f.slurmd_started), join(changed, ", ")));
+}
+
+Result check_slurm_version(const NodeFacts& f) {
+  if (f.slurm_version) {
+    return ok(fmt::format("Slurm {} (series {}) from {} -V", f.slurm_version->to_string(), f.slurm_version->series(),
+                          f.slurmd_exe.value_or("slurmd")));
+  }
+  if (!f.slurmd_exe) return warn("cannot tell which Slurm runs (no running slurmd to ask): release-specific advice is generic");
+  std::string said = f.slurmd_version_output.value_or("");
+  said = said.substr(0, said.find('\n'));
+  return warn(fmt::format("cannot tell which Slurm runs: {} -V said '{}'; release-specific advice is generic", *f.slurmd_exe,
+                          said));
+}
+
+// ------------------------------------------------------------ the plugin's directories
+
+// A directory the plugin creates or trusts: every existing component passes
+// the plugin's own trust rule (safefs; a root-owned sticky ancestor such as
+// /tmp is fine), is no symlink, and the leaf is traversable by every user
+// (tasks read records and reach their pipe directory as the job user).
+CheckResult judge_root_dir(const std::vector<PathFacts>& chain, const std::string& path, const std::string& role) {
+  for (const auto& [c, facts] : chain) {
+    if (!facts.exists) return ok(fmt::format("{} does not exist yet; the first MPS job's prolog creates it (root, 0755)", path));
+    const bool leaf = c == path;
+    if (facts.is_symlink) return fail(fmt::format("{} ({}) is a symlink: the plugin refuses symlinks in its {}", c, path, role));
+    if (!facts.is_dir) return fail(fmt::format("{} is not a directory", c));
+    if (auto problem = dir_trust_problem(c, facts.uid, facts.mode, 0, !leaf); !problem.empty()) {
+      return fail(fmt::format("{} (the plugin will not trust it as its {})", problem, role));
+    }
+    if (leaf && (facts.mode & S_IXOTH) == 0) {
+      return fail(fmt::format("{} has mode {}: job users must traverse it; chmod 0755 {}", c, octal_mode(facts.mode), c));
+    }
+  }
+  return ok(fmt::format("{} (root, {})", path, octal_mode(chain.empty() ? 0 : chain.back().facts.mode)));
+}
+
+Result check_state_dir(const NodeFacts& f) {
+  if (!plugin_line(f)) return std::nullopt;
+  return judge_root_dir(f.state_dir_chain, f.config.state_dir, "state_dir");
+}
+
+Result check_run_dir(const NodeFacts& f) {
+  if (!plugin_line(f)) return std::nullopt;
+  return judge_root_dir(f.run_dir_chain, f.config.run_dir, "run_dir");
+}
+
+// ------------------------------------------------------------ NVIDIA tools, as the plugin will run them
+
+std::string defaults_note(const NodeFacts& f) {
+  return f.plugin_config ? "" : " (plugin default: no usable plugstack line to take it from)";
+}
+
+Result check_nvidia_smi(const NodeFacts& f) {
+  const std::string& smi = f.config.tools.nvidia_smi;
+  if (!f.nvidia_smi_executable) {
+    return fail(fmt::format("{} is missing or not executable; install the driver tools or set nvidia_smi={}", smi,
+                            defaults_note(f)));
+  }
+  if (!f.gpus) return fail(f.gpus_error);
+  return ok(fmt::format("{} reports {} GPU{}{}", smi, f.gpus->size(), plural(f.gpus->size()), defaults_note(f)));
+}
+
+Result check_mps_control(const NodeFacts& f) {
+  if (f.mps_control_executable) return ok(f.config.tools.mps_control + " is executable" + defaults_note(f));
+  return fail(fmt::format("{} is missing or not executable; install the NVIDIA MPS tools or set mps_control={}",
+                          f.config.tools.mps_control, defaults_note(f)));
+}
+
+// ------------------------------------------------------------ gres.conf and the GPU table
+
+Result check_gres_conf(const NodeFacts& f) {
+  if (!f.gres) return fail(f.gres_error);
+  const GresConf& g = *f.gres;
+  std::string what = g.gpu_files.empty() ? (g.autodetect ? std::string("AutoDetect") : std::string("no GPU"))
+                                         : fmt::format("{} GPU file{}", g.gpu_files.size(), plural(g.gpu_files.size()));
+  return ok(fmt::format("{}: {} for node {}", f.gres_path, what, f.node));
+}
+
+Result check_gpu_map(const NodeFacts& f) {
+  if (!f.gres) return std::nullopt;
+  if (!f.gpu_map_error.empty()) return fail(f.gpu_map_error);
+  std::vector<std::string> problems;
+  std::map<std::string, std::vector<std::string>> by_uuid;
+  for (const auto& row : node_gpu_rows(f)) {
+    if (!row.problem.empty()) problems.push_back(fmt::format("GRES {}", row.gres_index));
+    if (!row.uuid.empty()) by_uuid[row.uuid].push_back(std::to_string(row.gres_index));
+  }
+  for (const auto& [uuid, idx] : by_uuid) {
+    if (idx.size() > 1) problems.push_back(fmt::format("GRES {} are the same GPU {}", join(idx, ","), uuid));
+  }
+  const size_t n = f.gpu_entries.size();
+  if (n == 0) return fail(fmt::format("no GPU for node {} (gres.conf AutoDetect and nvidia-smi found none)", f.node));
+  if (!problems.empty()) {
+    return fail(fmt::format("{} of {} GPU(s) cannot be mapped to a UUID ({}): MPS jobs on them fail in the prolog",
+                            problems.size(), n, join(problems, "; ")));
+  }
+  return ok(fmt::format("{} GPU{} mapped GRES index -> device -> minor -> UUID", n, plural(n)));
+}
+
+// nvidia-smi GPUs that no gres.conf entry names: Slurm never schedules them.
+Result check_gpu_unlisted(const NodeFacts& f) {
+  if (!f.gres || !f.gpus || !f.gpu_map_error.empty()) return std::nullopt;
+  std::vector<std::string> unlisted;
+  for (const auto& g : *f.gpus) {
+    bool listed = std::any_of(f.gpu_entries.begin(), f.gpu_entries.end(),
+                              [&](const GresGpuMapping& m) { return m.gpu && m.gpu->uuid == g.uuid; });
+    if (!listed) unlisted.push_back(fmt::format("nvidia-smi {} (minor {}, {})", g.index, g.minor_number, g.uuid));
+  }
+  if (unlisted.empty()) return std::nullopt;
+  return warn(fmt::format("{}: in no gres.conf File= entry, so Slurm never gives it to a job", join(unlisted, "; ")));
+}
+
+// ------------------------------------------------------------ the host around the jobs
+
+// A daemon on the default pipe directory captures every CUDA program without CUDA_MPS_PIPE_DIRECTORY.
+Result check_default_pipe(const NodeFacts& f) {
+  const std::string def = std::string(kDefaultPipeDirectory) + "/control";
+  switch (f.default_pipe) {
+    case SocketState::kListening:
+      return fail(fmt::format("an MPS daemon listens on {}: every CUDA program without CUDA_MPS_PIPE_DIRECTORY joins it (jobs "
+                              "without --unilab-mps included); stop it (echo quit | nvidia-cuda-mps-control)",
+                              def));
+    case SocketState::kDenied:
+      return warn(fmt::format("{} is a socket this user may not connect to: a daemon may listen there; run as root", def));
+    case SocketState::kRefused:
+      return warn(fmt::format("{} is a stale socket (no daemon answers); remove {} when no daemon runs", def,
+                              kDefaultPipeDirectory));
+    case SocketState::kNotSocket:
+      return ok(fmt::format("{} is not a socket: no daemon there", def));
+    case SocketState::kMissing:
+      break;
+  }
+  return ok(fmt::format("no daemon on {}", def));
+}
+
+// A job-private /dev/shm separates clients from the MPS server's mps.shm.* segments.
+// Slurm 22.05's job_container/tmpfs always mounts a private /dev/shm;
+// later versions take Dirs= in job_container.conf (default /tmp,/dev/shm).
+Result check_dev_shm(const NodeFacts& f) {
+  const std::string jc = f.conf.get("jobcontainertype").value_or("job_container/none");
+  if (lower(jc).find("tmpfs") == std::string::npos) {
+    return ok(fmt::format("JobContainerType={}: jobs share the host's /dev/shm with the MPS server", jc));
+  }
+  const auto& dirs = f.job_container_dirs;
+  if (dirs && dirs->find("/dev/shm") == std::string::npos) {
+    return ok(fmt::format("JobContainerType={} with Dirs={} in {}: /dev/shm stays shared (Slurm >= 23.02)", jc, *dirs,
+                          f.job_container_conf_path));
+  }
+  return fail(fmt::format("JobContainerType={} gives every job a private /dev/shm{}: MPS clients then cannot reach the server "
+                          "the prolog started (its mps.shm.* segments live in the host's /dev/shm); use job_container/none, or "
+                          "on Slurm >= 23.02 Dirs=/tmp in job_container.conf",
+                          jc, dirs ? fmt::format(" (Dirs={} in {})", *dirs, f.job_container_conf_path)
+                                   : std::string(" (Slurm 22.05 always does)")));
+}
+
+// The Prolog= helper next to the plugin's own job_prolog: slurmd runs the
+// SPANK job_prolog first, then clears the SPANK option variables before
+// Prolog= runs (22.05's spank_clear_remote_options_env skips every other
+// one), so the helper sees some of the options, or none, and would start
+// daemons a second time when it does.
+Result check_prolog_helper(const NodeFacts& f) {
+  if (!plugin_line(f)) return std::nullopt;
+  std::string prolog = f.conf.get("prolog").value_or("");
+  if (prolog.find("unilab-mps-prolog") == std::string::npos) return std::nullopt;
+  return warn(fmt::format("Prolog={} runs after the plugin's own job_prolog, which already starts the daemons; remove it (the "
+                          "helper is for nodes whose slurmd does not load the plugin)",
+                          prolog));
+}
+
+}  // namespace
+
+// The series-specific checks (PrologFlags, CgroupPlugin, containment) live in
+// node_checks_slurm.cpp.
+Result check_prolog_flags(const NodeFacts& f);
+Result check_cgroup_plugin(const NodeFacts& f);
+Result check_containment(const NodeFacts& f);
+
+namespace {
+
+// The doctor's table, in report order. A row runs only when the rows it
+// depends on passed (or did not apply); otherwise it is reported skipped.
+const std::vector<NodeCheck> kChecks = {
+    {"slurm.conf", {}, check_slurm_conf},
+    {"node", {}, check_node},
+    {"plugstack", {}, check_plugstack},
+    {"plugin-listed", {"plugstack"}, check_plugin_listed},
+    {"plugin-file", {"plugin-listed"}, check_plugin_file},
+    {"plugin-args", {"plugin-listed"}, check_plugin_args},
+    {"slurmd", {}, check_slurmd},
+    {"slurm-version", {}, check_slurm_version},
+    {"state-dir", {"plugin-args"}, check_state_dir},
+    {"run-dir", {"plugin-args"}, check_run_dir},
+    {"nvidia-smi", {"plugin-args"}, check_nvidia_smi},
+    {"mps-control", {"plugin-args"}, check_mps_control},
+    {"gres.conf", {"plugin-args"}, check_gres_conf},
+    {"gpu-map", {"gres.conf", "nvidia-smi"}, check_gpu_map},
+    {"gpu-unlisted", {"gres.conf", "nvidia-smi"}, check_gpu_unlisted},
+    {"default-pipe", {}, check_default_pipe},
+    {"dev-shm", {}, check_dev_shm},
+    {"prolog-helper", {"plugin-listed"}, check_prolog_helper},
+    {"prolog-flags", {}, check_prolog_flags},
+    {"cgroup-plugin", {}, check_cgroup_plugin},
+    {"containment", {"plugin-args", "prolog-flags", "cgroup-plugin"}, check_containment},
+};
+
+}  // namespace
+
+const std::vector<NodeCheck>& node_checks() { return kChecks; }
+
+std::vector<DoctorCheck> run_node_checks(const NodeFacts& facts, const std::vector<NodeCheck>& table) {
+  std::vector<DoctorCheck> out;
+  std::map<std::string, CheckStatus> seen;  // id -> status, for rows that wrote a line
+  for (const NodeCheck& row : table) {
+    const char* blocked_by = nullptr;
+    for (const char* dep : row.depends_on) {
+      if (dep == nullptr) break;
+      auto it = seen.find(dep);
+      if (it != seen.end() && (it->second == CheckStatus::kFail || it->second == CheckStatus::kSkip)) {
+        blocked_by = dep;
+        break;
+      }
+    }
+    std::optional<CheckResult> r =
+        blocked_by ? CheckResult{CheckStatus::kSkip, fmt::format("skipped: needs {}", blocked_by)} : row.run(facts);
+    if (!r) continue;
+    seen[row.id] = r->status;
+    out.push_back({row.id, r->status, std::move(r->detail)});
+  }
+  return out;
+}
+
+std::vector<NodeGpuRow> node_gpu_rows(const NodeFacts& f) {
+  std::vector<NodeGpuRow> rows;
+  for (const auto& m : f.gpu_entries) {
+    NodeGpuRow row{m.gres_index, m.device, m.minor, std::nullopt, "", m.problem};
+    if (m.gpu) {
+      row.nvidia_smi_index = m.gpu->index;
+      row.uuid = m.gpu->uuid;
+    } else if (!f.gpus && m.minor >= 0) {
+      row.problem = fmt::format("minor {}: no nvidia-smi GPU table to map it with", m.minor);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace unilab::mps

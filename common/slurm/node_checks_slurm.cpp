@@ -1,0 +1,120 @@
+// The node checks whose advice depends on the Slurm release series (see
+// common/slurm/slurm_series.hpp and docs/DESIGN.md "Slurm series"); rows of the
+// table in node_checks.cpp.
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/slurm/containment.hpp"
+#include "common/slurm/node_doctor.hpp"
+
+namespace unilab::mps {
+namespace {
+
+using Result = std::optional<CheckResult>;
+
+// The lowercase items of a comma-separated Slurm flag list.
+std::vector<std::string> flag_items(const std::string& list) {
+  std::vector<std::string> out;
+  std::istringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::transform(item.begin(), item.end(), item.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    out.push_back(item);
+  }
+  return out;
+}
+
+bool has_item(const std::vector<std::string>& items, const std::string& item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// The cgroup version this host mounts: 1 when the v1 freezer hierarchy is
+// there, 2 when only the unified one is, 0 when neither is seen.
+int host_cgroup_version(const NodeFacts& f) { return f.cgroup_v1_mounted ? 1 : (f.cgroup_v2_mounted ? 2 : 0); }
+
+Result cgroup_plugin_mismatch(const NodeFacts& f, const std::string& plugin, const std::string& mount) {
+  const int host = host_cgroup_version(f);
+  if (plugin == "cgroup/v1" && host == 2) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("CgroupPlugin=cgroup/v1 but {} is cgroup v2 only: slurmd cannot start its cgroup plugin; set "
+                                   "CgroupPlugin=autodetect (or cgroup/v2) in cgroup.conf",
+                                   mount)};
+  }
+  if (plugin == "cgroup/v2" && host == 1) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("CgroupPlugin=cgroup/v2 but {} holds the cgroup v1 hierarchies: slurmd cannot start its "
+                                   "cgroup plugin; set CgroupPlugin=autodetect (or cgroup/v1) in cgroup.conf",
+                                   mount)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// When the daemons start. Contain, RunInJob and X11 imply Alloc (Slurm's
+// prolog_str2flags); RunInJob exists from Slurm 24.05 on.
+Result check_prolog_flags(const NodeFacts& f) {
+  const std::string flags = f.conf.get("prologflags").value_or("");
+  const auto items = flag_items(flags);
+  if (has_item(items, "runinjob") && f.slurm_version && !has_run_in_job(*f.slurm_version)) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("PrologFlags={}: RunInJob exists from Slurm 24.05 on, and Slurm {} stops with 'PrologFlags "
+                                   "invalid'; use PrologFlags=Contain there",
+                                   flags, f.slurm_version->to_string())};
+  }
+  const bool alloc = has_item(items, "alloc") || has_item(items, "contain") || has_item(items, "runinjob") || has_item(items, "x11");
+  if (alloc) return CheckResult{CheckStatus::kOk, fmt::format("PrologFlags={}: daemons start on every node at allocation", flags)};
+  return CheckResult{CheckStatus::kOk,
+                     "no PrologFlags=Alloc: daemons start when the job's first step reaches the node (the batch script, or the "
+                     "first srun of an salloc); set it to fail a broken node before user code runs"};
+}
+
+// CgroupPlugin of cgroup.conf against the release (cgroup/v2 from 22.05,
+// disabled from 24.05) and against the cgroup file system this host mounts.
+Result check_cgroup_plugin(const NodeFacts& f) {
+  if (!f.cgroup_conf_error.empty()) return CheckResult{CheckStatus::kFail, f.cgroup_conf_error};
+  const CgroupSite site = cgroup_site_from(f.conf, f.cgroup_conf);
+  const std::string& plugin = site.cgroup_plugin;
+  const auto& v = f.slurm_version;
+  if (plugin != "autodetect" && plugin != "cgroup/v1" && plugin != "cgroup/v2" && plugin != "disabled") {
+    return CheckResult{CheckStatus::kFail, fmt::format("CgroupPlugin={} is none of autodetect, cgroup/v1, cgroup/v2", plugin)};
+  }
+  if (v && ((plugin == "cgroup/v2" && !has_cgroup_v2_plugin(*v)) || (plugin == "disabled" && !has_cgroup_plugin_disabled(*v)))) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("CgroupPlugin={} exists from Slurm {} on, not in Slurm {}: set CgroupPlugin=autodetect",
+                                   plugin, plugin == "disabled" ? "24.05" : "22.05", v->to_string())};
+  }
+  if (plugin == "disabled") {
+    return CheckResult{CheckStatus::kWarn,
+                       "CgroupPlugin=disabled: Slurm confines no job in a cgroup, so daemons are not contained (the epilog "
+                       "stops them)"};
+  }
+  if (auto mismatch = cgroup_plugin_mismatch(f, plugin, site.mountpoint)) return mismatch;
+  const int host = host_cgroup_version(f);
+  return CheckResult{CheckStatus::kOk, fmt::format("CgroupPlugin={}{}", plugin,
+                                                   host == 0 ? std::string(": no cgroup hierarchy seen at " + site.mountpoint)
+                                                             : fmt::format(": cgroup v{} at {}", host, site.mountpoint))};
+}
+
+// Whether the daemons can live in their job's cgroup. On cgroup v2 that
+// needs PrologFlags=RunInJob, which releases before 24.05 do not have.
+Result check_containment(const NodeFacts& f) {
+  const CgroupSite site = cgroup_site_from(f.conf, f.cgroup_conf);
+  const auto& v = f.slurm_version;
+  const bool confined = site.constrain_devices || site.proctrack_cgroup;
+  const bool v2 = site.cgroup_plugin == "cgroup/v2" || (site.cgroup_plugin == "autodetect" && !f.cgroup_v1_mounted);
+  if (confined && v2 && f.config.contain != "off" && v && !has_run_in_job(*v)) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("cgroup v2 on Slurm {}: the prolog runs in slurmd's cgroup and PrologFlags=RunInJob (which "
+                                   "runs it in the job's) exists from Slurm 24.05 on, so every --unilab-mps job is refused here; "
+                                   "boot the node with cgroup v1 (CgroupPlugin=cgroup/v1, PrologFlags=Contain) or upgrade Slurm",
+                                   v->to_string())};
+  }
+  ContainmentAdvice advice = containment_advice(site, f.config.contain, f.cgroup_v1_mounted);
+  return CheckResult{check_status_from_string(advice.status).value_or(CheckStatus::kFail), advice.detail};
+}
+
+}  // namespace unilab::mps

@@ -1,0 +1,38 @@
+// The Slurm release a node runs, and the slurm.conf/cgroup.conf settings that
+// differ between release series (verified in Slurm's NEWS and man pages; see
+// docs/DESIGN.md "Slurm series").
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace unilab::mps {
+
+struct SlurmVersion {
+  int major = 0;  // 22 in 22.05.8
+  int minor = 0;  // 5 in 22.05.8
+  int micro = 0;  // 8 in 22.05.8
+  // "22.05": the release series (settings change between series only).
+  std::string series() const;
+  std::string to_string() const;  // "22.05.8"
+  bool at_least(int series_major, int series_minor) const {
+    return major > series_major || (major == series_major && minor >= series_minor);
+  }
+};
+
+// Parses what `slurmd -V` prints ("slurm 22.05.8", "slurm-wlm 24.11.5",
+// possibly with a suffix such as "-1" or "rc1"); nullopt for anything else.
+std::optional<SlurmVersion> parse_slurm_version(std::string_view output);
+
+// PrologFlags=RunInJob: the prolog runs inside the job's extern step. Added
+// in Slurm 24.05; earlier releases stop with "PrologFlags invalid".
+constexpr int kRunInJobMajor = 24, kRunInJobMinor = 5;
+bool has_run_in_job(const SlurmVersion& v);
+
+// CgroupPlugin=cgroup/v2: added in 22.05 (21.08 knew only cgroup/v1 and
+// autodetect). CgroupPlugin=disabled: added in 24.05.
+bool has_cgroup_v2_plugin(const SlurmVersion& v);
+bool has_cgroup_plugin_disabled(const SlurmVersion& v);
+
+}  // namespace unilab::mps

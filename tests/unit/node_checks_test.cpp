@@ -1,0 +1,378 @@
+// Each row of the `doctor --node` table, run alone over hand-built facts.
+#include <set>
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "common/mps/check_status.hpp"
+#include "common/slurm/node_doctor.hpp"
+#include "common/slurm/slurm_series.hpp"
+#include "tests/unit/doubles.hpp"
+
+namespace unilab::mps {
+namespace {
+
+FileFacts dir(uid_t uid, mode_t mode) {
+  FileFacts f;
+  f.exists = f.is_dir = true;
+  f.uid = uid;
+  f.mode = mode;
+  return f;
+}
+
+// The facts of a ready node, written out by hand (no gather step).
+NodeFacts ready_facts() {
+  NodeFacts f;
+  f.host = "host2";
+  f.node = "gpu02";
+  f.node_candidates = {"gpu02"};
+  f.conf.path = "/etc/slurm/slurm.conf";
+  f.conf.files = {"/etc/slurm/slurm.conf"};
+  f.plugstack_path = "/etc/slurm/plugstack.conf";
+  f.plugin_dirs = {"/usr/lib/slurm"};
+  f.stack.files = {"/etc/slurm/plugstack.conf"};
+  PlugstackEntry e;
+  e.file = "/etc/slurm/plugstack.conf";
+  e.line = 1;
+  e.kind = "optional";
+  e.path = "unilab_mps.so";
+  e.resolved = "/usr/lib/slurm/unilab_mps.so";
+  f.stack.entries = {e};
+  f.plugin_lines = {e};
+  FileFacts so;
+  so.exists = so.is_regular = true;
+  so.mode = 0644;
+  f.plugin_file = so;
+  f.plugin_config = PluginConfig{};
+  f.slurmd_pid_file = "/run/slurmd.pid";
+  f.slurmd_pid_text = "42\n";
+  f.slurmd_pid = 42;
+  f.slurmd_name = "slurmd";
+  f.slurmd_started = 1000;
+  f.slurmd_exe = "/usr/sbin/slurmd";
+  f.slurm_version = parse_slurm_version("slurm 22.05.8\n");
+  f.state_dir_chain = {{"/", dir(0, 0755)}, {"/run", dir(0, 0755)}, {"/run/unilab-mps", dir(0, 0755)}};
+  f.run_dir_chain = {{"/", dir(0, 0755)}, {"/run", dir(0, 0755)}, {"/run/unilab-mps", dir(0, 0755)},
+                     {"/run/unilab-mps/run", dir(0, 0755)}};
+  f.nvidia_smi_executable = f.mps_control_executable = true;
+  f.gpus = test::four_gpus();
+  f.gres_path = "/etc/slurm/gres.conf";
+  f.gres = GresConf{};
+  f.gres->gpu_files = {"/dev/nvidia2"};
+  for (const auto& g : *f.gpus) {
+    GresGpuMapping m;
+    m.gres_index = static_cast<int>(f.gpu_entries.size());
+    m.device = "/dev/nvidia" + std::to_string(g.minor_number);
+    m.minor = g.minor_number;
+    m.gpu = g;
+    f.gpu_entries.push_back(m);
+  }
+  f.cgroup_v1_mounted = true;
+  return f;
+}
+
+const NodeCheck& row(const std::string& id) {
+  for (const auto& r : node_checks()) {
+    if (r.id == id) return r;
+  }
+  throw std::runtime_error("no row " + id);
+}
+
+CheckResult run_check(const std::string& id, const NodeFacts& f) {
+  auto r = row(id).run(f);
+  if (!r) return {CheckStatus::kSkip, "<no line>"};
+  return *r;
+}
+
+bool has(const CheckResult& r, const std::string& text) { return r.detail.find(text) != std::string::npos; }
+
+TEST(CheckStatusTest, OneStringTableBothWays) {
+  for (auto s : {CheckStatus::kOk, CheckStatus::kWarn, CheckStatus::kFail, CheckStatus::kSkip}) {
+    EXPECT_EQ(check_status_from_string(to_string(s)), s) << to_string(s);
+  }
+  EXPECT_EQ(to_string(CheckStatus::kOk), "ok");
+  EXPECT_EQ(to_string(CheckStatus::kWarn), "warn");
+  EXPECT_EQ(to_string(CheckStatus::kFail), "fail");
+  EXPECT_EQ(to_string(CheckStatus::kSkip), "skip");
+  EXPECT_EQ(check_status_from_string("pass"), std::nullopt);
+  DoctorCheck c{"x", CheckStatus::kFail, "d"};
+  EXPECT_EQ(c.to_json()["status"], "fail");
+}
+
+TEST(NodeChecksTest, EveryRowPassesOnAReadyNode) {
+  const NodeFacts f = ready_facts();
+  for (const auto& r : node_checks()) {
+    auto res = r.run(f);
+    if (res) {
+      EXPECT_EQ(res->status, CheckStatus::kOk) << r.id << ": " << res->detail;
+    }
+  }
+}
+
+TEST(NodeChecksTest, TableIdsAreUniqueAndDependOnEarlierRows) {
+  std::set<std::string> seen;
+  for (const auto& r : node_checks()) {
+    for (const char* dep : r.depends_on) {
+      if (dep) {
+        EXPECT_TRUE(seen.count(dep)) << r.id << " needs " << dep << ", which is not an earlier row";
+      }
+    }
+    EXPECT_TRUE(seen.insert(r.id).second) << r.id;
+  }
+}
+
+TEST(NodeChecksTest, SlurmConf) {
+  NodeFacts f = ready_facts();
+  f.conf_error = "cannot read /etc/slurm/slurm.conf; set SLURM_CONF or --slurm-conf";
+  EXPECT_EQ(run_check("slurm.conf", f).status, CheckStatus::kFail);
+  f = ready_facts();
+  f.conf.problems = {"/etc/slurm/x.conf: cannot read this included file"};
+  EXPECT_EQ(run_check("slurm.conf", f).status, CheckStatus::kWarn);
+}
+
+TEST(NodeChecksTest, Node) {
+  NodeFacts f = ready_facts();
+  f.node_candidates = {"a", "b"};
+  EXPECT_TRUE(has(run_check("node", f), "several Slurm nodes (a,b)"));
+  f.node_candidates.clear();
+  EXPECT_EQ(run_check("node", f).status, CheckStatus::kWarn);
+  f.options.node = "gpu02";
+  EXPECT_TRUE(has(run_check("node", f), "(given)"));
+}
+
+TEST(NodeChecksTest, PlugstackAndPluginLine) {
+  NodeFacts f = ready_facts();
+  f.stack.problems = {"x:3: 'bogus' is not required"};
+  EXPECT_EQ(run_check("plugstack", f).status, CheckStatus::kWarn);
+  f.stack.files.clear();
+  EXPECT_EQ(run_check("plugstack", f).status, CheckStatus::kFail);
+  f = ready_facts();
+  f.plugin_lines.push_back(f.plugin_lines.front());
+  EXPECT_TRUE(has(run_check("plugin-listed", f), "listed 2 times"));
+  f.plugin_lines.clear();
+  EXPECT_EQ(run_check("plugin-listed", f).status, CheckStatus::kFail);
+  EXPECT_EQ(row("plugin-file").run(f), std::nullopt);  // no line: nothing to look at
+  EXPECT_EQ(row("plugin-args").run(f), std::nullopt);
+}
+
+TEST(NodeChecksTest, PluginFileAndArgs) {
+  NodeFacts f = ready_facts();
+  f.plugin_file->mode = 0664;
+  EXPECT_EQ(run_check("plugin-file", f).status, CheckStatus::kFail);
+  f.plugin_file->mode = 0644;
+  f.plugin_file->uid = 1000;
+  EXPECT_TRUE(has(run_check("plugin-file", f), "owned by uid 1000"));
+  f.plugin_lines.front().resolved.clear();
+  EXPECT_TRUE(has(run_check("plugin-file", f), "not in PluginDir (/usr/lib/slurm)"));
+  f = ready_facts();
+  f.plugin_config.reset();
+  f.plugin_args_error = "unknown plugin argument 'colour'";
+  EXPECT_TRUE(has(run_check("plugin-args", f), "unknown plugin argument 'colour'"));
+}
+
+TEST(NodeChecksTest, Slurmd) {
+  NodeFacts f = ready_facts();
+  f.watched = {{"/etc/slurm/plugstack.conf", FileFacts{true, false, false, true, 0, 0644, 1100}}};
+  EXPECT_TRUE(has(run_check("slurmd", f), "restart slurmd"));
+  f.watched.front().facts.mtime = 1000.05;  // within the clock-tick slack
+  EXPECT_EQ(run_check("slurmd", f).status, CheckStatus::kOk);
+  f.slurmd_name = "bash";
+  EXPECT_TRUE(has(run_check("slurmd", f), "pid 42 (bash)"));
+  f.slurmd_pid_text.reset();
+  EXPECT_TRUE(has(run_check("slurmd", f), "no pid file /run/slurmd.pid"));
+}
+
+TEST(NodeChecksTest, SlurmVersion) {
+  NodeFacts f = ready_facts();
+  EXPECT_TRUE(has(run_check("slurm-version", f), "Slurm 22.05.8 (series 22.05) from /usr/sbin/slurmd -V"));
+  f.slurm_version.reset();
+  f.slurmd_version_output = "slurmd: error: x\nmore";
+  EXPECT_TRUE(has(run_check("slurm-version", f), "said 'slurmd: error: x'"));
+  EXPECT_EQ(run_check("slurm-version", f).status, CheckStatus::kWarn);
+  f.slurmd_exe.reset();  // slurmd not running, or its /proc/PID/exe not readable (not root)
+  EXPECT_EQ(run_check("slurm-version", f).status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(run_check("slurm-version", f), "no running slurmd to ask"));
+}
+
+TEST(NodeChecksTest, StateAndRunDirUseThePluginsTrustRule) {
+  NodeFacts f = ready_facts();
+  f.state_dir_chain[1].facts.mode = 0775;
+  EXPECT_TRUE(has(run_check("state-dir", f), "refusing /run: writable by group or others"));
+  f = ready_facts();
+  f.run_dir_chain[3].facts.uid = 1000;
+  EXPECT_TRUE(has(run_check("run-dir", f), "owned by uid 1000, expected root;"));
+  f = ready_facts();
+  f.state_dir_chain[1].facts = dir(0, 01777);  // a root-owned sticky ancestor is fine, a sticky leaf is not
+  EXPECT_EQ(run_check("state-dir", f).status, CheckStatus::kOk);
+  f.state_dir_chain[2].facts = dir(0, 01777);
+  EXPECT_EQ(run_check("state-dir", f).status, CheckStatus::kFail);
+  f = ready_facts();
+  f.state_dir_chain[2].facts.mode = 0700;
+  EXPECT_TRUE(has(run_check("state-dir", f), "must traverse it"));
+  f.state_dir_chain[2].facts = FileFacts{};
+  EXPECT_TRUE(has(run_check("state-dir", f), "does not exist yet"));
+}
+
+TEST(NodeChecksTest, Tools) {
+  NodeFacts f = ready_facts();
+  f.gpus.reset();
+  f.gpus_error = "nvidia-smi failed";
+  EXPECT_EQ(run_check("nvidia-smi", f).status, CheckStatus::kFail);
+  EXPECT_EQ(run_check("nvidia-smi", f).detail, "nvidia-smi failed");
+  f.nvidia_smi_executable = false;
+  EXPECT_TRUE(has(run_check("nvidia-smi", f), "missing or not executable"));
+  f.mps_control_executable = false;
+  EXPECT_EQ(run_check("mps-control", f).status, CheckStatus::kFail);
+  f.plugin_config.reset();
+  EXPECT_TRUE(has(run_check("mps-control", f), "(plugin default"));
+}
+
+TEST(NodeChecksTest, GresAndGpuMap) {
+  NodeFacts f = ready_facts();
+  f.gpu_entries[1].gpu = f.gpu_entries[0].gpu;
+  EXPECT_TRUE(has(run_check("gpu-map", f), "GRES 0,1 are the same GPU"));
+  EXPECT_TRUE(has(run_check("gpu-unlisted", f), (*f.gpus)[1].uuid));
+  f = ready_facts();
+  f.gpu_entries[2].gpu.reset();
+  f.gpu_entries[2].problem = "minor 3 matches no GPU";
+  EXPECT_TRUE(has(run_check("gpu-map", f), "1 of 4 GPU(s)"));
+  f.gpu_entries.clear();
+  EXPECT_TRUE(has(run_check("gpu-map", f), "no GPU for node gpu02"));
+  f.gres.reset();
+  f.gres_error = "cannot read /etc/slurm/gres.conf; set gres_conf= in plugstack.conf";
+  EXPECT_EQ(run_check("gres.conf", f).status, CheckStatus::kFail);
+  EXPECT_EQ(run_check("gres.conf", f).detail, f.gres_error);
+}
+
+TEST(NodeChecksTest, DefaultPipeDevShmPrologHelper) {
+  NodeFacts f = ready_facts();
+  f.default_pipe = SocketState::kListening;
+  EXPECT_EQ(run_check("default-pipe", f).status, CheckStatus::kFail);
+  f.default_pipe = SocketState::kRefused;
+  EXPECT_EQ(run_check("default-pipe", f).status, CheckStatus::kWarn);
+  f.conf.values["jobcontainertype"] = "job_container/tmpfs";
+  EXPECT_TRUE(has(run_check("dev-shm", f), "(Slurm 22.05 always does)"));
+  f.job_container_dirs = "/tmp";
+  EXPECT_EQ(run_check("dev-shm", f).status, CheckStatus::kOk);
+  EXPECT_EQ(row("prolog-helper").run(f), std::nullopt);
+  f.conf.values["prolog"] = "/usr/sbin/unilab-mps-prolog";
+  EXPECT_EQ(run_check("prolog-helper", f).status, CheckStatus::kWarn);
+}
+
+// ------------------------------------------------------------ root cause once
+
+TEST(RunNodeChecksTest, AFailedOrSkippedDependencySkipsTheRow) {
+  static int runs = 0;
+  const std::vector<NodeCheck> table = {
+      {"a", {}, [](const NodeFacts&) -> std::optional<CheckResult> { return CheckResult{CheckStatus::kFail, "broken"}; }},
+      {"b", {"a"}, [](const NodeFacts&) -> std::optional<CheckResult> { ++runs; return CheckResult{}; }},
+      {"c", {"b"}, [](const NodeFacts&) -> std::optional<CheckResult> { ++runs; return CheckResult{}; }},
+      {"n", {}, [](const NodeFacts&) -> std::optional<CheckResult> { return std::nullopt; }},
+      {"d", {"n"}, [](const NodeFacts&) -> std::optional<CheckResult> { return CheckResult{CheckStatus::kWarn, "w"}; }},
+      {"e", {"n", "d"}, [](const NodeFacts&) -> std::optional<CheckResult> { return CheckResult{}; }},
+  };
+  auto out = run_node_checks(NodeFacts{}, table);
+  ASSERT_EQ(out.size(), 5u);  // n wrote no line
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(out[1].status, CheckStatus::kSkip);
+  EXPECT_EQ(out[1].detail, "skipped: needs a");
+  EXPECT_EQ(out[2].detail, "skipped: needs b");
+  EXPECT_EQ(out[3].status, CheckStatus::kWarn);  // a dependency without a line does not stop a row
+  EXPECT_EQ(out[4].status, CheckStatus::kOk);    // nor does a warning
+}
+
+// ------------------------------------------------------------ Slurm series
+
+TEST(SlurmVersionTest, ParsesWhatSlurmdPrints) {
+  auto v = parse_slurm_version("slurm 22.05.8\n");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->series(), "22.05");
+  EXPECT_EQ(v->to_string(), "22.05.8");
+  v = parse_slurm_version("slurm-wlm 24.11.5\n");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->to_string(), "24.11.5");
+  EXPECT_TRUE(parse_slurm_version("slurm 24.05.0-0rc1"));
+  EXPECT_FALSE(parse_slurm_version("slurmd: error: cannot read config"));
+  EXPECT_FALSE(parse_slurm_version("bash 5.1.16"));
+  EXPECT_FALSE(parse_slurm_version("slurm 24"));
+  EXPECT_FALSE(has_run_in_job(*parse_slurm_version("slurm 23.11.10")));
+  EXPECT_TRUE(has_run_in_job(*parse_slurm_version("slurm 24.05.0")));
+  EXPECT_FALSE(has_cgroup_v2_plugin(*parse_slurm_version("slurm 21.08.8")));
+  EXPECT_TRUE(has_cgroup_v2_plugin(*parse_slurm_version("slurm 22.05.0")));
+  EXPECT_FALSE(has_cgroup_plugin_disabled(*parse_slurm_version("slurm 23.11.1")));
+  EXPECT_TRUE(has_cgroup_plugin_disabled(*parse_slurm_version("slurm 24.11.5")));
+}
+
+NodeFacts on_series(const char* version) {
+  NodeFacts f = ready_facts();
+  f.slurm_version = parse_slurm_version(version);
+  return f;
+}
+
+TEST(SlurmSeriesChecksTest, PrologFlagsRunInJob) {
+  NodeFacts f = on_series("slurm 22.05.8");
+  f.conf.values["prologflags"] = "Contain";
+  EXPECT_TRUE(has(run_check("prolog-flags", f), "daemons start on every node at allocation"));  // Contain implies Alloc
+  f.conf.values["prologflags"] = "RunInJob";
+  CheckResult r = run_check("prolog-flags", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "RunInJob exists from Slurm 24.05 on, and Slurm 22.05.8 stops with 'PrologFlags invalid'")) << r.detail;
+  f = on_series("slurm 24.11.5");
+  f.conf.values["prologflags"] = "RunInJob";
+  EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
+  f.slurm_version.reset();  // unknown release: no guess
+  EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
+}
+
+TEST(SlurmSeriesChecksTest, CgroupPlugin) {
+  NodeFacts f = on_series("slurm 22.05.8");
+  EXPECT_TRUE(has(run_check("cgroup-plugin", f), "CgroupPlugin=autodetect: cgroup v1 at /sys/fs/cgroup"));
+  f.cgroup_conf = SlurmConf{};
+  f.cgroup_conf->values["cgroupplugin"] = "disabled";
+  EXPECT_TRUE(has(run_check("cgroup-plugin", f), "exists from Slurm 24.05 on, not in Slurm 22.05.8"));
+  f.slurm_version = parse_slurm_version("slurm 24.11.5");
+  EXPECT_EQ(run_check("cgroup-plugin", f).status, CheckStatus::kWarn);
+  f.cgroup_conf->values["cgroupplugin"] = "cgroup/v2";  // v1 host
+  EXPECT_TRUE(has(run_check("cgroup-plugin", f), "holds the cgroup v1 hierarchies"));
+  f.slurm_version = parse_slurm_version("slurm 21.08.8");
+  EXPECT_TRUE(has(run_check("cgroup-plugin", f), "exists from Slurm 22.05 on"));
+  f = on_series("slurm 24.11.5");
+  f.cgroup_v1_mounted = false;
+  f.cgroup_v2_mounted = true;
+  f.cgroup_conf = SlurmConf{};
+  f.cgroup_conf->values["cgroupplugin"] = "cgroup/v1";
+  EXPECT_TRUE(has(run_check("cgroup-plugin", f), "is cgroup v2 only"));
+  f.cgroup_conf_error = "cannot read /etc/slurm/cgroup.conf";
+  EXPECT_EQ(run_check("cgroup-plugin", f).detail, f.cgroup_conf_error);
+}
+
+TEST(SlurmSeriesChecksTest, ContainmentOnCgroupV2DependsOnTheSeries) {
+  auto v2_node = [](const char* version) {
+    NodeFacts f = on_series(version);
+    f.cgroup_v1_mounted = false;
+    f.cgroup_v2_mounted = true;
+    f.conf.values["prologflags"] = "Contain";
+    f.conf.values["proctracktype"] = "proctrack/cgroup";
+    f.cgroup_conf = SlurmConf{};
+    f.cgroup_conf->values["constraindevices"] = "yes";
+    return f;
+  };
+  CheckResult old = run_check("containment", v2_node("slurm 22.05.8"));
+  EXPECT_EQ(old.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(old, "cgroup v2 on Slurm 22.05.8")) << old.detail;
+  EXPECT_TRUE(has(old, "boot the node with cgroup v1")) << old.detail;
+  CheckResult now = run_check("containment", v2_node("slurm 24.11.5"));
+  EXPECT_EQ(now.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(now, "RunInJob")) << now.detail;
+  EXPECT_FALSE(has(now, "boot the node with cgroup v1")) << now.detail;
+  NodeFacts ok = v2_node("slurm 24.11.5");
+  ok.conf.values["prologflags"] = "RunInJob";
+  EXPECT_EQ(run_check("containment", ok).status, CheckStatus::kOk) << run_check("containment", ok).detail;
+  // cgroup v1 and Contain: fine on both series.
+  NodeFacts v1 = v2_node("slurm 22.05.8");
+  v1.cgroup_v1_mounted = true;
+  EXPECT_EQ(run_check("containment", v1).status, CheckStatus::kOk) << run_check("containment", v1).detail;
+}
+
+}  // namespace
+}  // namespace unilab::mps
