@@ -24,6 +24,7 @@
 #include "common/gpu.hpp"
 #include "common/gres.hpp"
 #include "common/mps_control.hpp"
+#include "common/nvidia_checks.hpp"
 #include "common/proc.hpp"
 #include "common/safefs.hpp"
 #include "common/slurm_config.hpp"
@@ -587,17 +588,15 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
   // NVIDIA tools, as the plugin will run them (its defaults when no usable line names them)
   const std::string defaults_note = cfg_from_plugin ? "" : " (plugin default: no usable plugstack line to take it from)";
   std::optional<std::vector<GpuIdentity>> gpus;
-  if (!probe.executable(cfg.tools.nvidia_smi)) {
-    add("nvidia-smi", "fail", fmt::format("{} is missing or not executable; install the driver tools or set nvidia_smi={}",
-                                          cfg.tools.nvidia_smi, defaults_note));
-  } else {
-    try {
-      gpus = discover_gpus(runner, cfg.tools.nvidia_smi);
-      add("nvidia-smi", "ok", fmt::format("{} reports {} GPU{}{}", cfg.tools.nvidia_smi, gpus->size(), gpus->size() == 1 ? "" : "s",
-                                          defaults_note));
-    } catch (const CudaMpsError& e) {
-      add("nvidia-smi", "fail", e.what());
-    }
+  NvidiaToolFacts nv = gather_nvidia_tool_facts(
+      runner, cfg.tools, [&](const std::string& p) { return probe.executable(p); },
+      [&](const std::string& p) { return probe.stat(p).is_dir; });
+  NvidiaCheckResult tools_run = check_nvidia_tools_run(nv);
+  add("nvidia-smi", tools_run.status, tools_run.detail + (nv.discovery_error ? "" : defaults_note));
+  if (nv.discovery) {
+    gpus = nv.discovery->gpus;
+    NvidiaCheckResult modes = check_compute_modes(*gpus);
+    add(modes.id, modes.status, modes.detail);
   }
   if (probe.executable(cfg.tools.mps_control)) {
     add("mps-control", "ok", cfg.tools.mps_control + " is executable" + defaults_note);
