@@ -19,6 +19,13 @@
 #include "common/mps/safefs.hpp"
 #include "common/mps/status.hpp"
 #include "common/mps/topology.hpp"
+#include "common/mps/daemon.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/nvidia_checks.hpp"
+#include "common/mps/safefs.hpp"
+#include "common/mps/status.hpp"
+#include "common/mps/topology.hpp"
 
 namespace unilab::mps::cli {
 namespace {
@@ -44,8 +51,18 @@ struct Context {
 
   explicit Context(const ParsedArgs& a) {
     json = a.has("--json");
-    tools.nvidia_smi = a.value("--nvidia-smi").value_or(getenv_opt("UNILAB_MPS_NVIDIA_SMI").value_or(tools.nvidia_smi));
-    tools.mps_control = a.value("--mps-control").value_or(getenv_opt("UNILAB_MPS_CONTROL").value_or(tools.mps_control));
+    auto smi = a.value("--nvidia-smi");
+    if (!smi) smi = getenv_opt("UNILAB_MPS_NVIDIA_SMI");
+    auto control = a.value("--mps-control");
+    if (!control) control = getenv_opt("UNILAB_MPS_CONTROL");
+    tools.nvidia_smi = smi.value_or(tools.nvidia_smi);
+    tools.mps_control = control.value_or(tools.mps_control);
+    auto driver_dir = a.value("--driver-dir");
+    if (!driver_dir) driver_dir = getenv_opt("UNILAB_MPS_DRIVER_DIR");
+    if (driver_dir) {
+      if (driver_dir->empty() || (*driver_dir)[0] != '/') throw UsageError(fmt::format("'{}' must be an absolute path", *driver_dir));
+      apply_driver_dir(tools, *driver_dir, smi.has_value(), control.has_value());
+    }
     auto sd = a.value("--state-dir");
     if (!sd) sd = getenv_opt("UNILAB_MPS_STATE_DIR");
     state_dir = sd ? *sd : RecordStore::default_user_root();
@@ -178,6 +195,11 @@ int cmd_status(Context& c, const ParsedArgs& a) {
     fmt::print("  {:<24} pid {:<8} {:<10} {:<22} {}{}\n", r.name, r.pid, h.daemon_states[i]["liveness"].get<std::string>(),
                r.topology_mode, short_list(r.gpu_uuids), r.job_id ? " job " + *r.job_id : "");
     fmt::print("  {:<24} pipe {}\n", "", r.pipe_directory);
+    if (auto servers = h.daemon_states[i].find("mps_servers"); servers != h.daemon_states[i].end() && !servers->empty()) {
+      std::vector<std::string> pids;
+      for (const auto& p : *servers) pids.push_back(std::to_string(p.get<pid_t>()));
+      fmt::print("  {:<24} mps servers {} (children of daemon pid {})\n", "", join(pids, ","), r.pid);
+    }
     if (r.limits.active_thread_percentage || r.limits.pinned_mem_limit) {
       std::vector<std::string> l;
       if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
@@ -223,7 +245,7 @@ MpsLimits limits_from(const ParsedArgs& a) {
 int cmd_start(Context& c, const ParsedArgs& a) {
   std::optional<std::string> selector;
   if (!a.positional.empty()) selector = a.positional[0];
-  auto gpus = discover_gpus(c.runner, c.tools.nvidia_smi);
+  auto gpus = discover_gpus(c.runner, c.tools.nvidia_smi, c.tools.driver_dir);
   TopologyPlan plan = resolve_topology(selector, getenv_opt("CUDA_VISIBLE_DEVICES"), gpus);
   std::vector<std::vector<GpuIdentity>> groups;
   if (plan.topology_mode == kTaskPerGpu) {

@@ -78,7 +78,7 @@ const std::map<std::string, CommandSpec>& command_specs() {
 }
 
 const CommandSpec& global_spec() {
-  static const CommandSpec spec = {{"--help", "--json"}, {"--state-dir", "--run-dir", "--nvidia-smi", "--mps-control"}, 0};
+  static const CommandSpec spec = {{"--help", "--json"}, {"--state-dir", "--run-dir", "--nvidia-smi", "--mps-control", "--driver-dir"}, 0};
   return spec;
 }
 
@@ -98,6 +98,10 @@ const std::vector<OptionHelp>& global_options_help() {
                         "UNILAB_MPS_RUN_DIR)"},
       {"--nvidia-smi PATH", "absolute path (default /usr/bin/nvidia-smi; env UNILAB_MPS_NVIDIA_SMI)"},
       {"--mps-control PATH", "absolute path (default /usr/bin/nvidia-cuda-mps-control; env UNILAB_MPS_CONTROL)"},
+      {"--driver-dir DIR",
+       "the driver's folder when its tools are not in /usr/bin (e.g. /usr/local/nvidia): nvidia-smi and the MPS daemon run "
+       "with DIR/bin in PATH and DIR/lib64 in LD_LIBRARY_PATH, and are DIR/bin/... unless given (default none; env "
+       "UNILAB_MPS_DRIVER_DIR)"},
       {"--json", "machine-readable output on stdout"},
       {"--help", "this text; `unilab-mps COMMAND --help` for one command"},
   };

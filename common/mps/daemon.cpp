@@ -280,7 +280,7 @@ DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, c
     throw CudaMpsError(fmt::format("a daemon named '{}' is already recorded; run `unilab-mps stop {}` first", req.name, req.name));
   }
   Layout layout = prepare_directories(req);
-  MpsControl mps(s.runner, tools.mps_control);
+  MpsControl mps(s.runner, tools.mps_control, tools.driver_dir);
   MpsEndpoint ep{layout.pipe, layout.log, req.uid, req.gid};
 
   DaemonRecord rec;
@@ -377,7 +377,7 @@ void exec_foreground_daemon(const Tools& tools, const StartRequest& req) {
   validate_request(req);
   Layout layout = prepare_directories(req);
   SystemRunner runner;
-  MpsControl mps(runner, tools.mps_control);
+  MpsControl mps(runner, tools.mps_control, tools.driver_dir);
   MpsEndpoint ep{layout.pipe, layout.log, req.uid, req.gid};
   if (mps.answers(ep)) {
     throw CudaMpsError(fmt::format("an MPS daemon already answers on {}; stop it or choose another pipe directory", layout.pipe));
@@ -440,7 +440,7 @@ StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, cons
 
   const auto quit_until = start + stop_timeout * 6 / 10;
   const auto term_until = start + stop_timeout * 9 / 10;
-  MpsControl mps(s.runner, tools.mps_control);
+  MpsControl mps(s.runner, tools.mps_control, tools.driver_dir);
   MpsEndpoint ep{record.pipe_directory, record.log_directory, record.uid, record.gid};
   // A plain `quit` waits for every client; `quit -t` ends them after that
   // many seconds, inside the time the quit phase has.

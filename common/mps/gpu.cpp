@@ -105,8 +105,47 @@ GpuIdentity GpuIdentity::from_json(const nlohmann::json& j) {
 }
 
 std::vector<std::string> nvidia_smi_query_argv(const std::string& nvidia_smi) {
-  return {nvidia_smi, "--query-gpu=index,uuid,minor_number,pci.bus_id,name", "--format=csv,noheader"};
+  return {nvidia_smi, std::string("--query-gpu=") + kNvidiaSmiQueryFields, "--format=csv,noheader"};
 }
+
+namespace {
+
+// Splits one CSV row at commas, each field trimmed.
+std::vector<std::string_view> csv_fields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t f = 0;
+  while (true) {
+    size_t comma = line.find(',', f);
+    fields.push_back(trim(line.substr(f, comma == std::string_view::npos ? std::string_view::npos : comma - f)));
+    if (comma == std::string_view::npos) break;
+    f = comma + 1;
+  }
+  return fields;
+}
+
+// One row of kNvidiaSmiQueryFields; `bad` builds the error for this line.
+template <typename Bad>
+GpuIdentity parse_gpu_row(const std::vector<std::string_view>& fields, const Bad& bad) {
+  if (fields.size() < 7) {
+    throw bad("expected 7 fields: index, uuid, minor_number, pci.bus_id, compute_mode, mig.mode.current, name");
+  }
+  GpuIdentity g;
+  if (!parse_int(fields[0], g.index) || g.index < 0) throw bad("index is not a number");
+  if (!looks_like_gpu_uuid(fields[1]) || has_prefix_ci(fields[1], "mig-")) throw bad("uuid is not a GPU UUID");
+  g.uuid = display_gpu_uuid(fields[1]);
+  // minor_number is "[N/A]" on some platforms (e.g. WSL); keep -1 then.
+  if (!parse_int(fields[2], g.minor_number)) g.minor_number = -1;
+  g.pci_bus_id = std::string(fields[3]);
+  g.compute_mode = std::string(fields[4]);
+  g.mig_mode = std::string(fields[5]);
+  // A name may itself contain commas: everything after the MIG mode.
+  std::string name(fields[6]);
+  for (size_t i = 7; i < fields.size(); ++i) name += ", " + std::string(fields[i]);
+  g.name = name;
+  return g;
+}
+
+}  // namespace
 
 std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv) {
   std::vector<GpuIdentity> gpus;
@@ -119,31 +158,12 @@ std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv) {
     pos = end + 1;
     ++line_no;
     if (line.empty()) continue;
-    std::vector<std::string_view> fields;
-    size_t f = 0;
-    while (true) {
-      size_t comma = line.find(',', f);
-      fields.push_back(trim(line.substr(f, comma == std::string_view::npos ? std::string_view::npos : comma - f)));
-      if (comma == std::string_view::npos) break;
-      f = comma + 1;
-    }
     auto bad = [&](std::string_view why) {
       return CudaMpsError(fmt::format(
           "nvidia-smi output line {} is not a GPU row ({}): '{}'; check that nvidia-smi is NVIDIA's tool and the driver works",
           line_no, why, line.substr(0, 120)));
     };
-    if (fields.size() < 5) throw bad("expected 5 fields: index, uuid, minor_number, pci.bus_id, name");
-    GpuIdentity g;
-    if (!parse_int(fields[0], g.index) || g.index < 0) throw bad("index is not a number");
-    if (!looks_like_gpu_uuid(fields[1]) || has_prefix_ci(fields[1], "mig-")) throw bad("uuid is not a GPU UUID");
-    g.uuid = display_gpu_uuid(fields[1]);
-    // minor_number is "[N/A]" on some platforms (e.g. WSL); keep -1 then.
-    if (!parse_int(fields[2], g.minor_number)) g.minor_number = -1;
-    g.pci_bus_id = std::string(fields[3]);
-    // A name may itself contain commas: everything after the bus id.
-    std::string name(fields[4]);
-    for (size_t i = 5; i < fields.size(); ++i) name += ", " + std::string(fields[i]);
-    g.name = name;
+    GpuIdentity g = parse_gpu_row(csv_fields(line), bad);
     for (const auto& other : gpus) {
       if (other.index == g.index || other.uuid == g.uuid) throw bad("duplicate GPU index or UUID");
     }
@@ -153,24 +173,62 @@ std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv) {
   return gpus;
 }
 
-std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi) {
+namespace {
+
+// nvidia-smi's own warning lines ("WARNING: infoROM is corrupted at gpu
+// 0000:17:00.0"), which it may print among the rows when it exits 14.
+std::string without_warning_lines(std::string_view out, std::string& first_warning) {
+  std::string kept;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string_view::npos) end = out.size();
+    std::string_view line = out.substr(pos, end - pos);
+    pos = end + 1;
+    if (has_prefix_ci(trim(line), "warning")) {
+      if (first_warning.empty()) first_warning = std::string(trim(line));
+      continue;
+    }
+    kept.append(line).push_back('\n');
+  }
+  return kept;
+}
+
+}  // namespace
+
+GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi, const std::optional<std::string>& driver_dir) {
   Command cmd;
   cmd.argv = nvidia_smi_query_argv(nvidia_smi);
-  cmd.env = {"PATH=/usr/bin:/bin"};
+  cmd.env = tool_environment("/usr/bin:/bin", driver_dir);
   cmd.timeout = std::chrono::seconds(30);
   CommandResult r = runner.run(cmd);
   if (!r.exec_error.empty()) {
-    throw CudaMpsError(fmt::format("{}; install the NVIDIA driver utilities or set the nvidia-smi path (nvidia_smi= / --nvidia-smi)",
+    throw CudaMpsError(fmt::format("{}; install the NVIDIA driver utilities or set the nvidia-smi path or the driver "
+                                   "directory (nvidia_smi=/driver_dir= or --nvidia-smi/--driver-dir)",
                                    r.exec_error));
   }
-  if (!r.ok()) {
+  const bool inforom = r.exec_error.empty() && !r.timed_out && r.term_signal == 0 && r.exit_code == kNvidiaSmiInfoRomWarning;
+  if (!r.ok() && !inforom) {
     std::string line = r.first_output_line();
     throw CudaMpsError(fmt::format("{} failed ({}){}{}; check the NVIDIA driver on this host", nvidia_smi, r.describe(),
                                    line.empty() ? "" : ": ", line));
   }
-  auto gpus = parse_nvidia_smi_query(r.out);
-  if (gpus.empty()) throw CudaMpsError(fmt::format("{} reports no GPU on this host", nvidia_smi));
-  return gpus;
+  GpuDiscovery d;
+  std::string warning;
+  d.gpus = parse_nvidia_smi_query(inforom ? without_warning_lines(r.out, warning) : r.out);
+  if (d.gpus.empty()) throw CudaMpsError(fmt::format("{} reports no GPU on this host", nvidia_smi));
+  if (inforom) {
+    if (warning.empty()) warning = r.first_output_line();
+    d.warning = fmt::format("{} exited {} (infoROM warning{}{}) but its GPU rows are valid; the GPU's infoROM may need "
+                            "attention from NVIDIA support",
+                            nvidia_smi, kNvidiaSmiInfoRomWarning, warning.empty() ? "" : ": ", warning);
+  }
+  return d;
+}
+
+std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi,
+                                       const std::optional<std::string>& driver_dir) {
+  return query_gpus(runner, nvidia_smi, driver_dir).gpus;
 }
 
 std::vector<std::string> split_mask(std::string_view mask) {

@@ -32,25 +32,56 @@ struct GpuIdentity {
   int index = -1;
   std::string uuid;  // display form
   int minor_number = -1;
-  std::string pci_bus_id;
+  std::string pci_bus_id;  // as printed, e.g. 00000000:17:00.0 (8-hex-digit domain)
   std::string name;
+  // Live modes, as nvidia-smi printed them ("Default", "Exclusive_Process",
+  // "Prohibited"; "Enabled"/"Disabled"; "[N/A]" or "[Not Supported]" where
+  // the GPU has no such mode). Empty when not queried (e.g. read from a
+  // record). They are state, not identity: never written to records or
+  // JSON, and not compared by ==.
+  std::string compute_mode;
+  std::string mig_mode;
 
   nlohmann::json to_json() const;
   static GpuIdentity from_json(const nlohmann::json& j);
-  bool operator==(const GpuIdentity&) const = default;
+  bool operator==(const GpuIdentity& o) const {
+    return index == o.index && uuid == o.uuid && minor_number == o.minor_number && pci_bus_id == o.pci_bus_id &&
+           name == o.name;
+  }
 };
 
-// Parses `nvidia-smi --query-gpu=index,uuid,minor_number,pci.bus_id,name
-// --format=csv,noheader` output. Throws CudaMpsError naming the first bad line.
+// The fields of the one discovery query, in order. `name` is last because a
+// name may itself contain commas.
+inline constexpr const char* kNvidiaSmiQueryFields = "index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name";
+
+// nvidia-smi's exit code when the infoROM is corrupted: a warning, the
+// output is still valid.
+inline constexpr int kNvidiaSmiInfoRomWarning = 14;
+
+// Parses `nvidia-smi --query-gpu=<kNvidiaSmiQueryFields> --format=csv,noheader`
+// output. UUIDs are normalised here, once, to the display form (nvidia-smi
+// may print them in either case). Throws CudaMpsError naming the first bad line.
 std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv);
 
 // The argv used for discovery (absolute nvidia-smi path first).
 std::vector<std::string> nvidia_smi_query_argv(const std::string& nvidia_smi);
 
-// Discovers physical host GPUs through the public nvidia-smi CLI (one call).
-// Missing binary, non-zero exit (no driver) and unparsable output are
-// CudaMpsError with the tool's own message and a hint.
-std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi);
+// What the one discovery call found: the GPUs and, when nvidia-smi exited
+// with the infoROM warning (14) but printed valid rows, that warning.
+struct GpuDiscovery {
+  std::vector<GpuIdentity> gpus;
+  std::optional<std::string> warning;
+};
+
+// Discovers physical host GPUs through the public nvidia-smi CLI (one call),
+// run with tool_environment(driver_dir) (runner.hpp). Missing binary,
+// non-zero exit (no driver; 14 with valid rows is only a warning) and
+// unparsable output are CudaMpsError with the tool's own message and a hint.
+GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi,
+                        const std::optional<std::string>& driver_dir = std::nullopt);
+// query_gpus without the warning.
+std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi,
+                                       const std::optional<std::string>& driver_dir = std::nullopt);
 
 // Splits a CUDA_VISIBLE_DEVICES value into trimmed entries.
 std::vector<std::string> split_mask(std::string_view mask);

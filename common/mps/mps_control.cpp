@@ -21,20 +21,20 @@ std::string control_pipe_kind(const std::string& control_path) {
 }
 
 void check_control_path_length(const std::string& pipe_directory) {
-  std::string control = pipe_directory + "/control";
-  if (control.size() > kMaxUnixSocketPath) {
+  std::string longest = pipe_directory + "/" + kLongestPipeSocketName;
+  if (longest.size() > kMaxUnixSocketPath) {
     throw CudaMpsError(fmt::format(
-        "pipe directory '{}' is too long: '{}/control' is {} bytes and UNIX sockets allow {}; choose a shorter directory",
-        pipe_directory, pipe_directory, control.size(), kMaxUnixSocketPath));
+        "pipe directory '{}' is too long: the daemon's socket '{}' is {} bytes and UNIX sockets allow {}; choose a "
+        "shorter directory",
+        pipe_directory, longest, longest.size(), kMaxUnixSocketPath));
   }
 }
 
-std::vector<std::string> mps_environment(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids) {
-  std::vector<std::string> env = {
-      "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-      "CUDA_MPS_PIPE_DIRECTORY=" + ep.pipe_directory,
-      "CUDA_MPS_LOG_DIRECTORY=" + ep.log_directory,
-  };
+std::vector<std::string> mps_environment(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids,
+                                         const std::optional<std::string>& driver_dir) {
+  std::vector<std::string> env = tool_environment("/usr/sbin:/usr/bin:/sbin:/bin", driver_dir);
+  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + ep.pipe_directory);
+  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + ep.log_directory);
   if (!gpu_uuids.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + join(gpu_uuids, ","));
   return env;
 }
@@ -42,7 +42,7 @@ std::vector<std::string> mps_environment(const MpsEndpoint& ep, const std::vecto
 Command MpsControl::base(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids) const {
   Command c;
   c.argv = {path_};
-  c.env = mps_environment(ep, gpu_uuids);
+  c.env = mps_environment(ep, gpu_uuids, driver_dir_);
   if (geteuid() == 0 && ep.uid != 0) c.credentials = Credentials{ep.uid, ep.gid};
   return c;
 }

@@ -32,16 +32,25 @@ struct MpsEndpoint {
 // "socket", "fifo", "missing" or "other" for `<pipe dir>/control` (lstat).
 std::string control_pipe_kind(const std::string& control_path);
 
-// Throws CudaMpsError when `<pipe dir>/control` exceeds the AF_UNIX limit:
-// the daemon would then be silently unreachable.
+// The daemon binds two sockets in its pipe directory: `control` and
+// `control_privileged`, the longer name; both must fit.
+inline constexpr const char* kLongestPipeSocketName = "control_privileged";
+
+// Throws CudaMpsError when `<pipe dir>/control_privileged` (the longer of the
+// daemon's two sockets) exceeds the AF_UNIX limit: the daemon would then be
+// silently unreachable or fail to start.
 void check_control_path_length(const std::string& pipe_directory);
 
-// The environment a front end or daemon gets: built from scratch.
-std::vector<std::string> mps_environment(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids);
+// The environment a front end or daemon gets: built from scratch, PATH and
+// LD_LIBRARY_PATH from tool_environment(driver_dir) (the daemon finds
+// nvidia-cuda-mps-server and the driver's libraries through them).
+std::vector<std::string> mps_environment(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids,
+                                         const std::optional<std::string>& driver_dir = std::nullopt);
 
 class MpsControl {
  public:
-  MpsControl(CommandRunner& runner, std::string mps_control) : runner_(runner), path_(std::move(mps_control)) {}
+  MpsControl(CommandRunner& runner, std::string mps_control, std::optional<std::string> driver_dir = std::nullopt)
+      : runner_(runner), path_(std::move(mps_control)), driver_dir_(std::move(driver_dir)) {}
   const std::string& path() const { return path_; }
 
   // Sends one command through the front end; the raw result.
@@ -60,6 +69,7 @@ class MpsControl {
   Command base(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids) const;
   CommandRunner& runner_;
   std::string path_;
+  std::optional<std::string> driver_dir_;
 };
 
 // The last `lines` lines of `<log dir>/control.log`, joined by newlines, best

@@ -414,4 +414,9 @@ double SystemClock::wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+std::vector<std::string> tool_environment(std::string_view base_path, const std::optional<std::string>& driver_dir) {
+  if (!driver_dir) return {"PATH=" + std::string(base_path)};
+  return {"PATH=" + *driver_dir + "/bin:" + std::string(base_path), "LD_LIBRARY_PATH=" + *driver_dir + "/lib64"};
+}
+
 }  // namespace unilab::mps

@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace unilab::mps {
@@ -93,6 +94,13 @@ class SystemRunner final : public CommandRunner {
 // SystemRunner (env from scratch, fds closed, credentials dropped). Returns
 // only on failure, with the reason.
 std::string exec_replace(const Command& command);
+
+// The PATH (and LD_LIBRARY_PATH) an NVIDIA tool runs with. Without a
+// driver directory: exactly `PATH=<base_path>`. With one (containers keep
+// the driver's tools and libraries under e.g. /usr/local/nvidia, outside
+// /usr/bin and the linker path): `PATH=<driver_dir>/bin:<base_path>` and
+// `LD_LIBRARY_PATH=<driver_dir>/lib64`, nothing else of the caller's.
+std::vector<std::string> tool_environment(std::string_view base_path, const std::optional<std::string>& driver_dir);
 
 // Monotonic time and sleeping, abstract so tests need not wait.
 class Clock {

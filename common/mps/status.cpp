@@ -9,6 +9,9 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/mps_control.hpp"
+#include "common/mps/nvidia_checks.hpp"
 
 namespace unilab::mps {
 
@@ -41,7 +44,7 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
   h.cuda_visible_devices = q.cuda_visible_devices;
   if (q.discover) {
     try {
-      auto all = discover_gpus(s.runner, tools.nvidia_smi);
+      auto all = discover_gpus(s.runner, tools.nvidia_smi, tools.driver_dir);
       h.nvidia_smi_available = true;
       h.gpus = visible_gpus(q.cuda_visible_devices, all);
     } catch (const CudaMpsError& e) {
@@ -58,7 +61,11 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
   } catch (const CudaMpsError& e) {
     h.record_problems.push_back({store.root(), e.what()});
   }
-  for (const auto& r : h.managed_daemons) h.daemon_states.push_back(daemon_status(r, s.proc));
+  for (const auto& r : h.managed_daemons) {
+    nlohmann::json state = daemon_status(r, s.proc);
+    if (state.value("live", false)) state["mps_servers"] = mps_servers_of(r, s.proc);
+    h.daemon_states.push_back(std::move(state));
+  }
 
   std::vector<std::string> dirs = {kDefaultPipeDirectory};
   if (q.pipe_directory_env && !q.pipe_directory_env->empty()) dirs.push_back(*q.pipe_directory_env);
@@ -73,6 +80,18 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
   return h;
 }
 
+std::vector<pid_t> mps_servers_of(const DaemonRecord& record, ProcReader& proc) {
+  std::vector<pid_t> out;
+  if (record.pid <= 0 || !daemon_process_is_live(record, proc)) return out;
+  for (pid_t c : proc.children(record.pid)) {
+    auto st = proc.stat(c);
+    auto comm = proc.comm(c);
+    if (!st || st->uid != record.uid || st->state == 'Z' || st->state == 'X') continue;
+    if (comm && comm->starts_with("nvidia-cuda-mps")) out.push_back(c);
+  }
+  return out;
+}
+
 bool DoctorReport::ok() const {
   return std::none_of(checks.begin(), checks.end(), [](const auto& c) { return c.status == CheckStatus::kFail; });
 }
@@ -83,29 +102,47 @@ nlohmann::json DoctorReport::to_json() const {
   return {{"ok", ok()}, {"checks", c}, {"plan", plan ? plan->to_json() : nlohmann::json(nullptr)}};
 }
 
+namespace {
+
+// nvidia-smi (one query), the selector's topology, and the compute/MIG
+// modes of the selected GPUs (every GPU when the selector did not resolve).
+void add_gpu_checks(Services& s, const Tools& tools, const std::optional<std::string>& selector, const StatusQuery& q,
+                    DoctorReport& rep) {
+  auto add = [&](std::string name, CheckStatus status, std::string detail) {
+    rep.checks.push_back({std::move(name), status, std::move(detail)});
+  };
+  std::vector<GpuIdentity> gpus;
+  try {
+    GpuDiscovery found = query_gpus(s.runner, tools.nvidia_smi, tools.driver_dir);
+    gpus = found.gpus;
+    add("nvidia-smi", found.warning ? CheckStatus::kWarn : CheckStatus::kOk,
+        fmt::format("{} reports {} GPU{}{}", tools.nvidia_smi, gpus.size(), gpus.size() == 1 ? "" : "s",
+                    found.warning ? "; " + *found.warning : ""));
+  } catch (const CudaMpsError& e) {
+    add("nvidia-smi", CheckStatus::kFail, e.what());
+  }
+  if (gpus.empty()) return;
+  try {
+    rep.plan = resolve_topology(selector, q.cuda_visible_devices, gpus);
+    std::vector<std::string> u;
+    for (const auto& g : rep.plan->gpus) u.push_back(g.uuid);
+    add("topology", CheckStatus::kOk, fmt::format("{} on {}", rep.plan->topology_mode, join(u, ",")));
+  } catch (const CudaMpsError& e) {
+    add("topology", CheckStatus::kFail, e.what());
+  }
+  NvidiaCheckResult modes = check_compute_modes(rep.plan ? rep.plan->gpus : gpus);
+  add(modes.id, modes.status, modes.detail);
+}
+
+}  // namespace
+
 DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const std::optional<std::string>& selector,
                     const StatusQuery& q) {
   DoctorReport rep;
   auto add = [&](std::string name, CheckStatus status, std::string detail) {
     rep.checks.push_back({std::move(name), std::move(status), std::move(detail)});
   };
-  std::vector<GpuIdentity> gpus;
-  try {
-    gpus = discover_gpus(s.runner, tools.nvidia_smi);
-    add("nvidia-smi", CheckStatus::kOk, fmt::format("{} reports {} GPU{}", tools.nvidia_smi, gpus.size(), gpus.size() == 1 ? "" : "s"));
-  } catch (const CudaMpsError& e) {
-    add("nvidia-smi", CheckStatus::kFail, e.what());
-  }
-  if (!gpus.empty()) {
-    try {
-      rep.plan = resolve_topology(selector, q.cuda_visible_devices, gpus);
-      std::vector<std::string> u;
-      for (const auto& g : rep.plan->gpus) u.push_back(g.uuid);
-      add("topology", CheckStatus::kOk, fmt::format("{} on {}", rep.plan->topology_mode, join(u, ",")));
-    } catch (const CudaMpsError& e) {
-      add("topology", CheckStatus::kFail, e.what());
-    }
-  }
+  add_gpu_checks(s, tools, selector, q, rep);
   if (access(tools.mps_control.c_str(), X_OK) == 0) {
     add("mps-control", CheckStatus::kOk, tools.mps_control + " is executable");
   } else {

@@ -47,7 +47,15 @@ struct StatusQuery {
   bool discover = true;               // false: records only, no nvidia-smi call
 };
 
+// Fills HostStatus; each live daemon's entry in daemon_states also lists
+// its MPS servers under "mps_servers" (mps_servers_of).
 HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, const StatusQuery& q);
+
+// The MPS servers a live daemon runs: its children whose comm is the MPS
+// binaries' (nvidia-cuda-mps-server shows as "nvidia-cuda-mps", 15
+// characters), running as the daemon's user. The control daemon forks one
+// per client uid, at the first client. Empty for a daemon that is not live.
+std::vector<pid_t> mps_servers_of(const DaemonRecord& record, ProcReader& proc);
 
 struct DoctorCheck {
   std::string name;

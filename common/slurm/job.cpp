@@ -21,6 +21,13 @@
 #include "common/mps/safefs.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
 #include "common/mps/topology.hpp"
+#include "common/slurm/containment.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/slurm/gres.hpp"
+#include "common/mps/nvidia_checks.hpp"
+#include "common/mps/safefs.hpp"
+#include "common/mps/topology.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -306,7 +313,7 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
     return out;
   }
   GresConf conf = parse_gres_conf(read_gres_conf(gres_conf_path(cfg, job.slurm_conf)), job.node);
-  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools.nvidia_smi);  // the one nvidia-smi call
+  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools.nvidia_smi, cfg.tools.driver_dir);  // the one nvidia-smi call
   std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus);
   for (int idx : job_gpus) {
     if (idx < 0 || static_cast<size_t>(idx) >= node_gpus.size()) {
@@ -314,6 +321,9 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
                                      node_gpus.size(), job.node));
     }
   }
+  std::vector<std::string> job_uuids;
+  for (int idx : job_gpus) job_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
+  require_gpus_suit_mps(gpus, job_uuids);  // Prohibited or MIG: refused now, not CUDA error 805 in the job
   RecordStore store = slurm_record_store(cfg);
   // A requeued job keeps its id: clear what an interrupted earlier run left.
   EpilogOutcome earlier;

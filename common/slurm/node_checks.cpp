@@ -204,14 +204,17 @@ std::string defaults_note(const NodeFacts& f) {
   return f.plugin_config ? "" : " (plugin default: no usable plugstack line to take it from)";
 }
 
+// The tools run as the plugin runs them (nvidia_checks.hpp: driver_dir=, exit 14).
 Result check_nvidia_smi(const NodeFacts& f) {
-  const std::string& smi = f.config.tools.nvidia_smi;
-  if (!f.nvidia_smi_executable) {
-    return fail(fmt::format("{} is missing or not executable; install the driver tools or set nvidia_smi={}", smi,
-                            defaults_note(f)));
-  }
-  if (!f.gpus) return fail(f.gpus_error);
-  return ok(fmt::format("{} reports {} GPU{}{}", smi, f.gpus->size(), plural(f.gpus->size()), defaults_note(f)));
+  NvidiaCheckResult r = check_nvidia_tools_run(f.nvidia);
+  return CheckResult{r.status, r.detail + (f.nvidia.discovery_error ? "" : defaults_note(f))};
+}
+
+// Compute and MIG modes of the node's GPUs (Exclusive_Process recommended).
+Result check_compute_mode(const NodeFacts& f) {
+  if (!f.gpus) return std::nullopt;
+  NvidiaCheckResult r = check_compute_modes(*f.gpus);
+  return CheckResult{r.status, r.detail};
 }
 
 Result check_mps_control(const NodeFacts& f) {
@@ -345,6 +348,7 @@ const std::vector<NodeCheck> kChecks = {
     {"state-dir", {"plugin-args"}, check_state_dir},
     {"run-dir", {"plugin-args"}, check_run_dir},
     {"nvidia-smi", {"plugin-args"}, check_nvidia_smi},
+    {"compute-mode", {"nvidia-smi"}, check_compute_mode},
     {"mps-control", {"plugin-args"}, check_mps_control},
     {"gres.conf", {"plugin-args"}, check_gres_conf},
     {"gpu-map", {"gres.conf", "nvidia-smi"}, check_gpu_map},

@@ -435,14 +435,12 @@ std::vector<PathFacts> dir_chain(NodeProbe& probe, const std::string& path) {
 }
 
 void gather_tools(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
-  f.nvidia_smi_executable = probe.executable(f.config.tools.nvidia_smi);
-  if (f.nvidia_smi_executable) {
-    try {
-      f.gpus = discover_gpus(runner, f.config.tools.nvidia_smi);
-    } catch (const CudaMpsError& e) {
-      f.gpus_error = e.what();
-    }
-  }
+  f.nvidia = gather_nvidia_tool_facts(
+      runner, f.config.tools, [&](const std::string& p) { return probe.executable(p); },
+      [&](const std::string& p) { return probe.stat(p).is_dir; });
+  f.nvidia_smi_executable = f.nvidia.nvidia_smi_executable;
+  if (f.nvidia.discovery) f.gpus = f.nvidia.discovery->gpus;
+  if (f.nvidia.discovery_error) f.gpus_error = *f.nvidia.discovery_error;
   f.mps_control_executable = probe.executable(f.config.tools.mps_control);
 }
 

@@ -21,6 +21,7 @@
 #include "common/mps/runner.hpp"
 #include "common/slurm/slurm_config.hpp"
 #include "common/slurm/slurm_series.hpp"
+#include "common/mps/nvidia_checks.hpp"
 #include "common/mps/status.hpp"
 
 namespace unilab::mps {
@@ -165,7 +166,8 @@ struct NodeFacts {
   std::optional<SlurmVersion> slurm_version;
   // the plugin's directories, each component from / down to the leaf
   std::vector<PathFacts> state_dir_chain, run_dir_chain;
-  // NVIDIA tools
+  // NVIDIA tools, as the plugin runs them (driver_dir=, the one query)
+  NvidiaToolFacts nvidia;
   bool nvidia_smi_executable = false;
   std::optional<std::vector<GpuIdentity>> gpus;
   std::string gpus_error;

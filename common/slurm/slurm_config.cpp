@@ -10,6 +10,10 @@
 #include "common/mps/mps_control.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/mps_control.hpp"
+#include "common/mps/nvidia_checks.hpp"
+#include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -34,11 +38,13 @@ std::chrono::milliseconds seconds(const std::string& key, const std::string& val
 
 PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
   PluginConfig cfg;
+  bool nvidia_smi_given = false, mps_control_given = false;
+  std::optional<std::string> driver_dir;
   for (const auto& arg : args) {
     auto eq = arg.find('=');
     if (eq == std::string::npos) {
       throw CudaMpsError(fmt::format("plugin argument '{}' is not key=value (known keys: state_dir, run_dir, nvidia_smi, "
-                                     "mps_control, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
+                                     "mps_control, driver_dir, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
                                      arg));
     }
     std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
@@ -48,8 +54,12 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
       cfg.run_dir = absolute_path(key, value);
     } else if (key == "nvidia_smi") {
       cfg.tools.nvidia_smi = absolute_path(key, value);
+      nvidia_smi_given = true;
     } else if (key == "mps_control") {
       cfg.tools.mps_control = absolute_path(key, value);
+      mps_control_given = true;
+    } else if (key == "driver_dir") {
+      driver_dir = absolute_path(key, value);
     } else if (key == "gres_conf") {
       cfg.gres_conf = absolute_path(key, value);
     } else if (key == "start_timeout") {
@@ -79,15 +89,17 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
       cfg.contain = value;
     } else {
       throw CudaMpsError(fmt::format("unknown plugin argument '{}' (known keys: state_dir, run_dir, nvidia_smi, mps_control, "
-                                     "gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
+                                     "driver_dir, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
                                      key));
     }
   }
+  // After the loop: nvidia_smi= / mps_control= win whatever their order.
+  if (driver_dir) apply_driver_dir(cfg.tools, *driver_dir, nvidia_smi_given, mps_control_given);
   if (cfg.default_threads && cfg.max_threads && *cfg.default_threads > *cfg.max_threads) {
     throw CudaMpsError("plugin argument default_threads exceeds max_threads");
   }
   // The longest pipe path we create must fit a UNIX socket address:
-  // <run_dir>/job<id>.<node>.gpuNN/pipe/control with generous id/node room.
+  // <run_dir>/job<id>.<node>.gpuNN/pipe/control_privileged with generous id/node room.
   check_control_path_length(cfg.run_dir + "/job0000000000.nodename-0000000000000000.gpu000/pipe");
   return cfg;
 }

@@ -199,6 +199,9 @@ class Daemon {
 
     listen_at_ = started + std::chrono::milliseconds(cfg_.get_ms("mps_start_delay_ms"));
     if (const long ms = cfg_.get_ms("mps_die_after_ms"); ms > 0) die_at_ = started + std::chrono::milliseconds(ms);
+    // The real daemon forks a server at the first client; this knob makes
+    // one at once (for status and stop checks without a client).
+    if (cfg_.flag("mps_server_at_start") && server_for(::getuid()) < 0) log("(fake) mps_server_at_start: fork failed");
     loop();
   }
 
@@ -259,12 +262,6 @@ class Daemon {
       *error = "cannot create FIFO " + paths_.fifo() + ": " + errno_text();
       return false;
     }
-    const int priv_fd = ::open(paths_.privileged().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (priv_fd < 0) {
-      *error = "cannot create " + paths_.privileged() + ": " + errno_text();
-      return false;
-    }
-    ::close(priv_fd);
 
     log_fd_ = ::open(paths_.control_log().c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (log_fd_ < 0) {
@@ -346,8 +343,9 @@ class Daemon {
     return ms <= 0 ? 0 : static_cast<int>(std::min<long long>(ms + 1, 60000));
   }
 
-  void open_socket() {
-    const std::string path = paths_.control();
+  // Binds and listens on `path`; logs and exits when it cannot (too long,
+  // a non-socket in the way), like the real daemon.
+  int bind_socket(const std::string& path) {
     if (!fake::fits_sun_path(path)) {
       log("Failed to bind control socket " + path + ": path longer than " +
           std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
@@ -369,9 +367,17 @@ class Daemon {
       log("Failed to bind control socket " + path + ": " + errno_text());
       exit_cleanly(1);
     }
-    listen_fd_ = fd;
+    return fd;
+  }
+
+  // The real daemon binds two sockets: `control_privileged` (the longer
+  // name; nothing here talks to it) and `control`. Either too long for
+  // sun_path: the daemon exits and cannot be found.
+  void open_socket() {
+    privileged_fd_ = bind_socket(paths_.privileged());
+    listen_fd_ = bind_socket(paths_.control());
     socket_bound_ = true;
-    log("Listening on " + path);
+    log("Listening on " + paths_.control());
   }
 
   void handle_signals() {
@@ -623,6 +629,8 @@ class Daemon {
   // A server is a sleeping child. It must hold none of the daemon's fds (a
   // held lock or socket would outlive the daemon) and dies with the daemon.
   [[noreturn]] void server_main() {
+    // The real server's comm: "nvidia-cuda-mps-server" cut to 15 characters.
+    ::prctl(PR_SET_NAME, "nvidia-cuda-mps-server");
     if (!cfg_.flag("mps_orphan_servers_on_term")) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != pid_) ::_exit(0);
@@ -657,6 +665,7 @@ class Daemon {
     while (!servers_.empty()) stop_server(servers_.begin()->first, false);
     for (const auto& [fd, c] : clients_) ::close(fd);
     clients_.clear();
+    if (privileged_fd_ >= 0) ::unlink(paths_.privileged().c_str());
     if (socket_bound_) ::unlink(paths_.control().c_str());
     ::unlink(paths_.pid_file().c_str());
     log("Exit");
@@ -677,6 +686,7 @@ class Daemon {
   int listen_fd_ = -1;
   bool socket_bound_ = false;
   SteadyClock::time_point listen_at_{};
+  int privileged_fd_ = -1;                            // control_privileged (bound, never read)
   std::optional<SteadyClock::time_point> die_at_;
   bool quitting_ = false;
   std::optional<SteadyClock::time_point> quit_deadline_;

@@ -1,6 +1,7 @@
 // Test double of `nvidia-smi`: the query, list and table modes that
 // unilab-mps uses, fed from a GPU table file, with fault knobs (no driver,
 // garbage output, latency). Formats follow the real tool; see README.md.
+#include <cctype>
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -86,14 +87,46 @@ std::optional<UsageError> parse_format(const std::string& spec, CsvFormat& fmt) 
   return std::nullopt;
 }
 
+constexpr int kExitInfoRomWarning = 14;
+
+// A per-GPU knob: `<key>.<index>` wins over `<key>`, else `def`.
+std::string gpu_knob(const fake::Config& cfg, const std::string& key, unsigned index, const std::string& def) {
+  if (auto v = cfg.get(key + "." + std::to_string(index))) return *v;
+  return cfg.get(key).value_or(def);
+}
+
+// `GPU-7fdaf0a5-...` -> `GPU-7FDAF0A5-...` (the prefix keeps its case).
+std::string upper_hex(const std::string& uuid) {
+  std::string out = uuid;
+  for (size_t i = 4; i < out.size(); ++i) out[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[i])));
+  return out;
+}
+
+bool listed(const fake::Config& cfg, const std::string& key, const std::string& field) {
+  const auto v = cfg.get(key);
+  if (!v) return false;
+  for (const auto& f : fake::split(*v, ',')) {
+    if (f == field) return true;
+  }
+  return false;
+}
+
 // Field name -> value extractor; aliases as the real tool accepts them.
-std::optional<std::string> field_value(const std::string& field, const fake::Gpu& g) {
-  if (field == "index") return std::to_string(g.index);
-  if (field == "uuid" || field == "gpu_uuid") return g.uuid;
-  if (field == "minor_number") return g.minor_number;
-  if (field == "pci.bus_id" || field == "gpu_bus_id") return g.bus_id;
-  if (field == "name" || field == "gpu_name") return g.name;
-  return std::nullopt;
+// Knobs: smi_compute_mode[.N], smi_mig_mode[.N], smi_upper_uuid,
+// smi_na / smi_not_supported (field lists printed as [N/A] / [Not Supported]).
+std::optional<std::string> field_value(const std::string& field, const fake::Gpu& g, const fake::Config* cfg = nullptr) {
+  std::optional<std::string> v;
+  if (field == "index") v = std::to_string(g.index);
+  if (field == "uuid" || field == "gpu_uuid") v = cfg && cfg->flag("smi_upper_uuid") ? upper_hex(g.uuid) : g.uuid;
+  if (field == "minor_number") v = g.minor_number;
+  if (field == "pci.bus_id" || field == "gpu_bus_id") v = g.bus_id;
+  if (field == "name" || field == "gpu_name") v = g.name;
+  if (field == "compute_mode") v = cfg ? gpu_knob(*cfg, "smi_compute_mode", g.index, "Default") : "Default";
+  if (field == "mig.mode.current") v = cfg ? gpu_knob(*cfg, "smi_mig_mode", g.index, "Disabled") : "Disabled";
+  if (!v || cfg == nullptr) return v;
+  if (listed(*cfg, "smi_na", field)) return "[N/A]";
+  if (listed(*cfg, "smi_not_supported", field)) return "[Not Supported]";
+  return v;
 }
 
 // -i takes indices, UUIDs (exact, case-insensitive) or PCI bus ids. Any id
@@ -126,7 +159,7 @@ std::optional<UsageError> check_fields(const std::string& query) {
   return std::nullopt;
 }
 
-int print_query(const std::string& query, const CsvFormat& fmt, const std::vector<fake::Gpu>& gpus) {
+int print_query(const std::string& query, const CsvFormat& fmt, const std::vector<fake::Gpu>& gpus, const fake::Config& cfg) {
   const auto fields = fake::split(query, ',');
   auto join = [](const std::vector<std::string>& cells) {
     std::string row;
@@ -136,8 +169,13 @@ int print_query(const std::string& query, const CsvFormat& fmt, const std::vecto
   if (fmt.header) std::printf("%s\n", join(fields).c_str());
   for (const auto& g : gpus) {
     std::vector<std::string> cells;
-    for (const auto& f : fields) cells.push_back(*field_value(f, g));
+    for (const auto& f : fields) cells.push_back(*field_value(f, g, &cfg));
     std::printf("%s\n", join(cells).c_str());
+  }
+  if (cfg.flag("smi_inforom_warning") && !gpus.empty()) {
+    // The real tool exits 14 when an infoROM is corrupted; its rows stay valid.
+    std::printf("WARNING: infoROM is corrupted at gpu %s\n", gpus.front().bus_id.c_str());
+    return kExitInfoRomWarning;
   }
   return 0;
 }
@@ -174,7 +212,8 @@ void print_usage() {
   std::printf(
       "NVIDIA System Management Interface (unilab fake)\n"
       "  nvidia-smi [-i ID[,ID]] [-L | --query-gpu=FIELDS --format=csv[,noheader][,nounits]]\n"
-      "  FIELDS: index, uuid|gpu_uuid, minor_number, pci.bus_id|gpu_bus_id, name|gpu_name\n");
+      "  FIELDS: index, uuid|gpu_uuid, minor_number, pci.bus_id|gpu_bus_id, name|gpu_name, compute_mode,\n"
+      "          mig.mode.current\n");
 }
 
 }  // namespace
@@ -227,7 +266,7 @@ int main(int argc, char** argv) {
     return kExitNoDevices;
   }
 
-  if (opt.query) return print_query(*opt.query, fmt, *gpus);
+  if (opt.query) return print_query(*opt.query, fmt, *gpus, cfg);
   if (opt.list) {
     print_list(*table, *gpus);
   } else {

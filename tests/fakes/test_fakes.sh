@@ -168,6 +168,30 @@ expect_lacks "garbage output has no CSV separators" ", " "$out"
 conf smi_latency_ms=400
 t0=$(now_ms); "$SMI" -L >/dev/null; t1=$(now_ms)
 check "smi_latency_ms delays the answer (took $((t1 - t0)) ms)" test $((t1 - t0)) -ge 400
+Q7=index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name
+out=$("$SMI" --query-gpu=$Q7 --format=csv,noheader); rc=$?
+expect_eq "modes: Default and MIG Disabled unless a knob says otherwise" "0 0, $G0, 5, 00000000:18:00.0, Default, Disabled, NVIDIA H200" \
+  "$rc $(head -n1 <<<"$out")"
+conf smi_compute_mode=Exclusive_Process smi_compute_mode.1=Prohibited smi_mig_mode.2=Enabled
+out=$("$SMI" --query-gpu=index,compute_mode,mig.mode.current --format=csv,noheader)
+expect_eq "smi_compute_mode[.N], smi_mig_mode.N: per GPU" "0, Exclusive_Process, Disabled
+1, Prohibited, Disabled
+2, Exclusive_Process, Enabled" "$out"
+conf smi_na=minor_number,mig.mode.current smi_not_supported=compute_mode
+out=$("$SMI" --query-gpu=$Q7 --format=csv,noheader -i 0)
+expect_eq "smi_na / smi_not_supported: fields printed as the real tool does" \
+  "0, $G0, [N/A], 00000000:18:00.0, [Not Supported], [N/A], NVIDIA H200" "$out"
+conf smi_upper_uuid=1
+printf '0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:17:00.0, Hex GPU\n' >"$WORK/hex.csv"
+out=$(UNILAB_FAKE_GPU_TABLE=$WORK/hex.csv "$SMI" --query-gpu=uuid,pci.bus_id --format=csv,noheader)
+expect_eq "smi_upper_uuid: hex in upper case, prefix kept" "GPU-7FDAF0A5-179B-F636-D15D-DAF243E3FF16, 00000000:17:00.0" "$out"
+conf smi_inforom_warning=1
+out=$("$SMI" --query-gpu=index,pci.bus_id --format=csv,noheader); rc=$?
+expect_eq "smi_inforom_warning: exit 14, rows intact, warning line after them" "14 0, 00000000:18:00.0
+1, 00000000:2A:00.0
+2, 00000000:85:00.0
+WARNING: infoROM is corrupted at gpu 00000000:18:00.0" "$rc $out"
+conf
 printf '%s\n' "gpu_table=$WORK/empty.csv" "call_log=$CALLS" >"$CONF"
 rc=$(unset UNILAB_FAKE_GPU_TABLE; "$SMI" -L >/dev/null 2>&1; echo $?)
 expect_eq "gpu_table knob is used without the env override (empty table: 6)" 6 "$rc"
@@ -206,7 +230,7 @@ check "-d: pid file holds a live pid" alive "$DPID"
 expect_eq "-d: pid file is pid + newline" "$DPID" "$(head -c 64 "$PIPE/nvidia-cuda-mps-control.pid")"
 check "-d: socket appears" wait_for socket_up
 check "-d: control_lock exists" test -f "$PIPE/control_lock"
-check "-d: control_privileged is an empty file" test -f "$PIPE/control_privileged" -a ! -s "$PIPE/control_privileged"
+check "-d: control_privileged is a socket" test -S "$PIPE/control_privileged"
 check "-d: log is a FIFO" test -p "$PIPE/log"
 expect_eq "-d: pipe dir created 0755" 755 "$(stat -c %a "$PIPE")"
 expect_eq "-d: log dir created 0755" 755 "$(stat -c %a "$LOGD")"
@@ -220,7 +244,7 @@ expect_eq "daemon: stdin/stdout/stderr are /dev/null" "/dev/null /dev/null /dev/
   "$(readlink "/proc/$DPID/fd/0") $(readlink "/proc/$DPID/fd/1") $(readlink "/proc/$DPID/fd/2")"
 expect_eq "daemon: cwd is /" "/" "$(readlink "/proc/$DPID/cwd")"
 nfds=$(find "/proc/$DPID/fd" -mindepth 1 -maxdepth 1 | wc -l)
-check "daemon: no leaked fds ($nfds open: stdio, lock, log, signalfd, socket)" test "$nfds" -le 7
+check "daemon: no leaked fds ($nfds open: stdio, lock, log, signalfd, two sockets)" test "$nfds" -le 8
 sid=$(awk '{print $6}' "/proc/$DPID/stat")
 check "daemon: in its own session, not its leader (double fork)" test "$sid" != "$$" -a "$sid" != "$DPID"
 expect_has "call_log: front end line" "nvidia-cuda-mps-control uid=$(id -u) pid=" "$(cat "$CALLS")"
@@ -495,6 +519,32 @@ check "socket path over 107 bytes: daemon gives up" wait_for dead "$DPID"
 ctl get_server_list
 expect_eq "socket path over 107 bytes: cannot be found" "1 Cannot find MPS control daemon process" "$RC $OUT"
 expect_has "socket path over 107 bytes: reason in control.log" "Failed to bind control socket" "$(cat "$WORK/long-log/control.log")"
+
+# control fits in sun_path, control_privileged (11 bytes longer) does not.
+MID=$WORK/$(printf 'm%.0s' $(seq 1 $((107 - ${#WORK} - 1 - 8 - 1))))
+export CUDA_MPS_PIPE_DIRECTORY=$MID CUDA_MPS_LOG_DIRECTORY=$WORK/mid-log
+PIPE=$MID
+check "mid-length pipe dir: <dir>/control fits, <dir>/control_privileged does not" \
+  test $((${#MID} + 8)) -le 107 -a $((${#MID} + 19)) -gt 107
+start_daemon
+DPID=$(sed -n 's/^mps-daemon uid=[0-9]* pid=\([0-9]*\) .*/\1/p' "$CALLS" | tail -n1)
+check "control_privileged too long: daemon gives up" wait_for dead "$DPID"
+ctl get_server_list
+expect_eq "control_privileged too long: cannot be found" "1 Cannot find MPS control daemon process" "$RC $OUT"
+expect_has "control_privileged too long: reason names it" "Failed to bind control socket $MID/control_privileged" \
+  "$(cat "$WORK/mid-log/control.log")"
+
+use_dirs server-at-start
+conf mps_server_at_start=1
+start_daemon; wait_for socket_up
+ctl get_server_list
+SPID=$OUT
+check "mps_server_at_start: a server without any client" alive "$SPID"
+expect_eq "mps_server_at_start: server is the daemon's child" "$DPID" "$(awk '{print $4}' "/proc/$SPID/stat" 2>/dev/null)"
+expect_eq "mps_server_at_start: server comm as the real one's" "nvidia-cuda-mps" "$(cat "/proc/$SPID/comm" 2>/dev/null)"
+conf
+ctl quit; wait_for dead "$DPID"
+check "mps_server_at_start: quit takes the server down" wait_for dead "$SPID"
 
 mkdir -p "$WORK/target"
 ln -s "$WORK/target" "$WORK/link"

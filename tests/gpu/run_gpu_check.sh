@@ -15,7 +15,13 @@
 #   5. measures what MPS is for: two processes launching many small kernels
 #      at once, aggregate throughput under one daemon vs time slicing;
 #   6. stops a daemon while a client is attached (bounded by --timeout) and
-#      records what the real MPS does;
+#      records what the real MPS does; sends `quit -t 2` itself to a daemon
+#      with a live client;
+#   and, along the way: where the driver keeps its tools (PATH, /usr/bin or
+#   a container's /usr/local/nvidia: then --driver-dir, and the daemon's
+#   PATH/LD_LIBRARY_PATH are checked), MPS limits set and read back, the
+#   daemon's MPS servers in `status` and gone after `stop`, the compute and
+#   MIG modes read (doctor) and unchanged at the end;
 #   and writes OUT/gpu-results.json, OUT/gpu-report.md (facts compared with
 #   DESIGN.md's "NVIDIA MPS facts", throughput table) and the raw outputs.
 #
@@ -104,6 +110,20 @@ our_mps_pids() {
   return 0
 }
 
+# MPS processes (comm "nvidia-cuda-mps": control daemon and servers) of our
+# uid started after this script: only looked at, never signalled by name.
+our_mps_named() {
+  local p c
+  for p in /proc/[0-9]*; do
+    c=$(cat "$p/comm" 2>/dev/null) || continue
+    [[ $c == nvidia-cuda-mps* ]] || continue
+    [ "$(awk '/^Uid:/{print $2}' "$p/status" 2>/dev/null)" = "$(id -u)" ] || continue
+    proc_alive "${p#/proc/}" || continue
+    [ "$(start_ticks "${p#/proc/}")" -ge "${T0_TICKS:-0}" ] 2>/dev/null && printf '%s\n' "${p#/proc/}"
+  done
+  return 0
+}
+
 # nvidia-smi, queries only: anything that could change the GPU is refused.
 smi() {
   local a
@@ -134,17 +154,29 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------- 1. machine, tools, build
 log "mode: $([ "$DRY" = 1 ] && echo dry-run with fakes || echo real GPU), out $OUT, work $WORK"
 BUNDLE=$here/bundle
+# Where the driver keeps its tools: PATH, /usr/bin, or a container's
+# /usr/local/nvidia/bin (its libraries then in /usr/local/nvidia/lib64,
+# outside the linker path). The dry run stages the fakes the container way.
+SEARCH="$(printf '%s' "${PATH:-}" | tr ':' ' ') /usr/bin /usr/local/nvidia/bin"
 if [ "$DRY" = 1 ]; then
   FAKES=${UNILAB_FAKES_DIR:-$BUNDLE/fakes}
   [ -x "$FAKES/nvidia-smi" ] || { log "--dry-run needs the fakes: run tests/gpu/prepare.sh (or set UNILAB_FAKES_DIR)"; exit 2; }
-  NVSMI=$FAKES/nvidia-smi MPSCTL=$FAKES/nvidia-cuda-mps-control
-else
-  NVSMI=$(command -v nvidia-smi || echo /usr/bin/nvidia-smi)
-  MPSCTL=$(command -v nvidia-cuda-mps-control || echo /usr/bin/nvidia-cuda-mps-control)
-  [ -x "$NVSMI" ] || { log "no nvidia-smi: is this a GPU machine? (use --dry-run elsewhere)"; exit 2; }
-  [ -x "$MPSCTL" ] || { log "no nvidia-cuda-mps-control found in PATH or /usr/bin"; exit 2; }
+  mkdir -p "$WORK/drv/bin" "$WORK/drv/lib64" && cp -a "$FAKES/." "$WORK/drv/bin/" || exit 2
+  SEARCH="$WORK/drv/bin"
 fi
+find_tool() {  # NAME: the first executable NAME in SEARCH
+  local d
+  for d in $SEARCH; do [ -n "$d" ] && [ -x "$d/$1" ] && { printf '%s\n' "$d/$1"; return 0; }; done
+  return 1
+}
+NVSMI=$(find_tool nvidia-smi) || { log "no nvidia-smi in: $SEARCH (is this a GPU machine? use --dry-run elsewhere)"; exit 2; }
+MPSCTL=$(find_tool nvidia-cuda-mps-control) || { log "no nvidia-cuda-mps-control in: $SEARCH"; exit 2; }
+# <X>/bin/nvidia-smi outside /usr/bin and /bin: X is the driver directory.
+DRIVER_DIR=
+case $(dirname "$NVSMI") in /usr/bin | /bin | /usr/sbin | /sbin) ;; */bin) DRIVER_DIR=$(dirname "$(dirname "$NVSMI")") ;; esac
+fact driver.location "where the NVIDIA tools are" "-" "nvidia-smi $NVSMI, nvidia-cuda-mps-control $MPSCTL, driver dir ${DRIVER_DIR:-(none: system paths)}$([ -n "$DRIVER_DIR" ] && [ ! -d "$DRIVER_DIR/lib64" ] && echo ", no lib64")" info
 NVSMI=$(readlink -f "$NVSMI") MPSCTL=$(readlink -f "$MPSCTL")
+T0_TICKS=$(start_ticks $$)
 command -v python3 >/dev/null || { log "python3 is needed (PyTorch client, JSON)"; exit 2; }
 
 {
@@ -157,6 +189,8 @@ command -v python3 >/dev/null || { log "python3 is needed (PyTorch client, JSON)
   echo "python=$(python3 --version 2>&1)"
   echo "nvidia_smi=$NVSMI"
   echo "mps_control=$MPSCTL"
+  echo "driver_dir=${DRIVER_DIR:-(none)}"
+  echo "ls_usr_local_nvidia=$(ls /usr/local/nvidia /usr/local/nvidia/bin 2>&1 | tr '\n' ' ')"
   echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-(unset)}"
   echo "CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY-(unset)}"
 } >"$OUT/machine.txt"
@@ -165,6 +199,16 @@ smi -L >"$OUT/nvidia-smi-L.txt" 2>&1
 smi -q >"$OUT/nvidia-smi-q.txt" 2>&1
 smi --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >"$OUT/gpus.csv" 2>&1
 smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-before.csv" 2>&1
+# The one query the prolog and the CLI send (common/mps/gpu.hpp kNvidiaSmiQueryFields).
+Q7=index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name
+smi --query-gpu=$Q7 --format=csv,noheader >"$OUT/gpus7.csv" 2>"$OUT/gpus7.err"
+rc7=$?
+fact smi.rc "exit code of the prolog's query (14 = infoROM warning, rows still valid)" "0" "$rc7$( [ -s "$OUT/gpus7.err" ] && echo ": $(head -n1 "$OUT/gpus7.err")")" info
+line7=$(grep -m1 "^$GPU, " "$OUT/gpus7.csv")
+mps_fact smi.query "the prolog's query row: compute_mode and mig.mode.current before the name" \
+  "0, GPU-<uuid>, <minor>, 00000000:BB:DD.F, Default|Exclusive_Process|Prohibited, Enabled|Disabled|[N/A], <name>" "$line7" \
+  "$([[ $line7 =~ ^[0-9]+,\ GPU-[0-9a-fA-F-]{36},\ ([0-9]+|\[N/A\]),\ [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9],\ (Default|Exclusive_Process|Prohibited|\[N/A\]|\[Not\ Supported\]),\ (Enabled|Disabled|\[N/A\]|\[Not\ Supported\]),\ .+ ]] && echo 1 || echo 0)"
+MODE7=$(printf '%s' "$line7" | cut -d, -f5 | tr -d ' ') MIG7=$(printf '%s' "$line7" | cut -d, -f6 | tr -d ' ')
 line=$(sed -n "$((GPU + 1))p" "$OUT/gpus.csv")
 mps_fact smi.csv "nvidia-smi CSV row: 'index, uuid, minor, bus, name' separated by ', '" \
   "0, GPU-<uuid>, <minor>, 00000000:BB:DD.F, <name>" "$line" \
@@ -207,12 +251,21 @@ if [ -z "$UM" ]; then
   fact prebuilt "using the binaries built by prepare.sh ($(sed -n 's/^glibc_needed=//p' "$BUNDLE/MANIFEST") glibc needed)" "-" "$UM" info
 fi
 export UNILAB_MPS_NVIDIA_SMI=$NVSMI UNILAB_MPS_CONTROL=$MPSCTL
+# The CLI's --driver-dir: the tools then run with DIR/bin in PATH and DIR/lib64 in LD_LIBRARY_PATH.
+if [ -n "$DRIVER_DIR" ]; then export UNILAB_MPS_DRIVER_DIR=$DRIVER_DIR; else unset UNILAB_MPS_DRIVER_DIR; fi
 export UNILAB_MPS_STATE_DIR=$WORK/s UNILAB_MPS_RUN_DIR=$WORK/r
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 
 # ---------------------------------------------------------------- 2. start + record vs reality
 log "start a daemon on GPU $GPU ($UUID)"
 "$UM" doctor "$UUID" --json >"$OUT/doctor.json" 2>>"$OUT/run.log"
+case "$MODE7/$MIG7" in
+*/Enabled | Prohibited/*) want_mode=fail ;;
+Exclusive_Process/*) want_mode=ok ;;
+*) want_mode=warn ;;
+esac
+check doctor.mode "doctor reads the GPU's compute/MIG mode ($MODE7, MIG $MIG7; never changes it)" "$want_mode" \
+  "$(jget "$OUT/doctor.json" '[c["status"] for c in d["checks"] if c["name"] == "compute-mode"][0]')"
 "$UM" start "$UUID" --json >"$OUT/start.json" 2>"$OUT/start.err"
 rc=$?
 check start.rc "unilab-mps start exits 0" 0 "$rc"
@@ -235,6 +288,11 @@ else
     "$(tr '\0' '\n' <"/proc/$PID/environ" 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')"
   check daemon.pipe "daemon's CUDA_MPS_PIPE_DIRECTORY is the recorded one" "$PIPE" \
     "$(tr '\0' '\n' <"/proc/$PID/environ" 2>/dev/null | sed -n 's/^CUDA_MPS_PIPE_DIRECTORY=//p')"
+  if [ -n "$DRIVER_DIR" ]; then
+    denv=$(tr '\0' '\n' <"/proc/$PID/environ" 2>/dev/null)
+    check driver.path "daemon's PATH starts with the driver's bin (--driver-dir)" "$DRIVER_DIR/bin" "$(printf '%s\n' "$denv" | sed -n 's/^PATH=//p' | cut -d: -f1)"
+    check driver.ld "daemon's LD_LIBRARY_PATH is the driver's lib64" "$DRIVER_DIR/lib64" "$(printf '%s\n' "$denv" | sed -n 's/^LD_LIBRARY_PATH=//p')"
+  fi
   check pipe.mode "pipe directory owner:mode" "$(id -un):700" "$(stat -c %U:%a "$PIPE")"
   listing=$(cd "$PIPE" && for f in *; do printf '%s(%s) ' "$f" "$(stat -c %F "$f" | sed 's/regular empty file/file/; s/regular file/file/')"; done)
   ls -la "$PIPE" "$LOGD" >"$OUT/pipe-and-log-dirs.txt" 2>&1
@@ -294,6 +352,11 @@ else
       sexe=$(readlink "/proc/$SERVER/exe" 2>/dev/null)
       fact mps.server.proc "the server process" "nvidia-cuda-mps-server as the client's user" "${sexe:-?} uid $(awk '/^Uid:/{print $2}' "/proc/$SERVER/status" 2>/dev/null)" info
       SERVER_TICKS=$(start_ticks "$SERVER")
+      sstat=$(cat "/proc/$SERVER/stat" 2>/dev/null); sstat=${sstat##*) }; read -r -a sf <<<"$sstat"
+      mps_fact mps.server.parent "the server is a child of the control daemon" "parent $PID" "parent ${sf[1]:-?}" "$([ "${sf[1]:-}" = "$PID" ] && echo 1 || echo 0)"
+      "$UM" status --json >"$OUT/status-client.json" 2>>"$OUT/run.log"
+      "$UM" status >"$OUT/status-client.txt" 2>&1
+      check status.servers "status lists the daemon's MPS server" "[$SERVER]" "$(jget "$OUT/status-client.json" 'd["managed_daemons"][0].get("mps_servers")')"
     fi
     shm=$(find /dev/shm -maxdepth 1 -iname '*mps*' -printf '%f ' 2>/dev/null | cut -c1-200)
     mps_fact mps.shm "server files in /dev/shm" "mps.shm.*" "${shm:-(none)}" "$([ -n "$shm" ] && echo 1 || echo 0)"
@@ -326,11 +389,37 @@ else
   fi
   left=$(our_mps_pids)
   check left.procs "no process with our pipe directory in its environment" "" "$(printf '%s' "$left" | tr '\n' ' ')"
+  check left.servers "no MPS process of ours started during the check (comm nvidia-cuda-mps, our uid)" "" "$(our_mps_named | tr '\n' ' ')"
   check left.dirs "pipe/log directories removed" "" "$(find "$WORK/r" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)"
   check left.record "record removed" "" "$(find "$WORK/s" -mindepth 1 -maxdepth 1 -printf '%f ' 2>/dev/null)"
   "$UM" status --json >"$OUT/status-after.json" 2>>"$OUT/run.log"
   check left.status "status lists no daemon" 0 "$(jget "$OUT/status-after.json" 'len(d["managed_daemons"])')"
   unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+
+# ---------------------------------------------------------------- 4b. limits set and read back
+log "limits: start --threads 37.5 --mem 1024M, read them back through the daemon"
+if "$UM" start "$UUID" --name lim --threads 37.5 --mem 1024M --json >"$OUT/start-lim.json" 2>"$OUT/start-lim.err"; then
+  fact limits.start "the daemon accepts the limits as the code sends them (set_default_*, DEV = ordinal 0)" "-" "accepted" ok
+  LPIPE=$(jget "$OUT/start-lim.json" 'd["daemons"][0]["pipe_directory"]')
+  t=$(echo get_default_active_thread_percentage | CUDA_MPS_PIPE_DIRECTORY=$LPIPE timeout 20 "$MPSCTL" 2>&1)
+  check limits.threads "get_default_active_thread_percentage reads back 37.5" 37.5 \
+    "$(python3 -c 'import sys; print(float(sys.argv[1]))' "$t" 2>/dev/null || printf '%s' "$t")"
+  m=$(echo "get_default_device_pinned_mem_limit 0" | CUDA_MPS_PIPE_DIRECTORY=$LPIPE timeout 20 "$MPSCTL" 2>&1)
+  # Any spelling of 1024 MiB (1024M, 1G, bytes) is the same limit.
+  mb=$(python3 -c '
+import re, sys
+m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", sys.argv[1], re.I)
+print(int(float(m.group(1)) * 1024 ** "BKMGT".index((m.group(2) or "B").upper()) // 2**20) if m else "")' "$m")
+  if [ -n "$mb" ]; then
+    check limits.mem "get_default_device_pinned_mem_limit 0 reads back 1024 MiB ('$m')" 1024 "$mb"
+  else
+    mps_fact limits.mem "get_default_device_pinned_mem_limit 0 output" "1024M" "$m" 0
+  fi
+  "$UM" stop lim --json >"$OUT/stop-lim.json" 2>>"$OUT/run.log"
+  check limits.stop "stop the limits daemon" quit "$(jget "$OUT/stop-lim.json" 'd["outcome"]')"
+else
+  fact limits.start "the daemon accepts the limits as the code sends them" "accepted" "$(head -n2 "$OUT/start-lim.err")" fail
 fi
 
 # ---------------------------------------------------------------- 5. throughput: MPS vs time slicing
@@ -436,11 +525,63 @@ if [ "$BUSY_STOP" = 1 ]; then
   fi
 fi
 
+# ---------------------------------------------------------------- 6b. quit -t with a live client
+# What stop sends first: `quit -t S` ends the daemon after S seconds even
+# while a client holds it (a plain quit would wait for the client).
+log "quit -t 2 with a live client"
+if "$UM" start "$UUID" --name qt --json >"$OUT/start-qt.json" 2>>"$OUT/run.log"; then
+  qpid=$(jget "$OUT/start-qt.json" 'd["daemons"][0]["pid"]')
+  qticks=$(jget "$OUT/start-qt.json" 'd["daemons"][0]["process_start_ticks"]')
+  eval "$("$UM" env qt)"
+  export CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  rm -f "$WORK/qt.json"
+  client=(python3 "$here/mps_client.py" --hold 40 --ready "$WORK/qt.json")
+  [ "$DRY" = 1 ] && client+=(--fake "$FAKES/fake-cuda-client")
+  "${client[@]}" >"$OUT/qt-client.out" 2>&1 &
+  cpid=$!
+  CLIENT_PIDS+=("$cpid")
+  for _ in $(seq 1 300); do [ -s "$WORK/qt.json" ] && break; sleep 0.1; done
+  qserver=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1 | grep -m1 -E '^[0-9]+$')
+  qsticks=$(start_ticks "${qserver:-0}")
+  t=$(date +%s.%N)
+  echo "quit -t 2" | timeout 20 "$MPSCTL" >"$OUT/quit-t.out" 2>&1
+  for _ in $(seq 1 150); do proc_alive "$qpid" && [ "$(start_ticks "$qpid")" = "$qticks" ] || break; sleep 0.1; done
+  took=$(python3 -c 'import sys,time; print(round(time.time()-float(sys.argv[1]),2))' "$t")
+  gone=$(proc_alive "$qpid" && [ "$(start_ticks "$qpid")" = "$qticks" ] && echo alive || echo gone)
+  mps_fact quit.t "quit -t 2 with a live client ends the daemon in about 2 s" "gone within 6 s" "$gone after $took s" \
+    "$([ "$gone" = gone ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) <= 6 else 1)' "$took" && echo 1 || echo 0)"
+  if [ -n "$qserver" ]; then
+    sleep 1
+    mps_fact quit.t.server "its MPS server after quit -t" "gone" \
+      "$(proc_alive "$qserver" && [ "$(start_ticks "$qserver")" = "$qsticks" ] && echo "alive (pid $qserver)" || echo gone)" \
+      "$(proc_alive "$qserver" && [ "$(start_ticks "$qserver")" = "$qsticks" ] && echo 0 || echo 1)"
+  fi
+  kill "$cpid" 2>/dev/null
+  wait "$cpid"
+  fact quit.t.client "the client after quit -t" "-" "exit $?: $(tail -n1 "$OUT/qt-client.out")" info
+  unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  # The record of a daemon that quit: stop cleans it (stale: exit 3) and
+  # kills any server of it still alive, identity-verified.
+  "$UM" stop qt --json >"$OUT/stop-qt.json" 2>>"$OUT/run.log"
+  sleep 1
+  check quit.t.left "nothing of ours left after quit -t and stop" "" "$(our_mps_pids | tr '\n' ' ')"
+else
+  fact quit.t "start a daemon for quit -t" "starts" "$(tail -n2 "$OUT/run.log")" fail
+fi
+check left.servers.end "no MPS process of ours left at the end (comm nvidia-cuda-mps, our uid)" "" "$(our_mps_named | tr '\n' ' ')"
+
 # ---------------------------------------------------------------- report
 smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-after.csv" 2>&1
 # Only rows that hold the values can show they are unchanged (an error
 # message twice is not a measurement; the fake knows no compute_mode).
 modes_ok() { [ -s "$1" ] && ! grep -qvE '^[0-9]+, [^,]+, [^,]+, [^,]+, [^,]+$' "$1" && ! grep -qiE 'not supported|invalid|error|unknown' "$1"; }
+# The prolog's own query read the compute and MIG modes; they must be as at the start.
+smi --query-gpu=$Q7 --format=csv,noheader >"$OUT/gpus7-after.csv" 2>/dev/null
+if [ "$DRY" = 1 ]; then
+  fact gpu.modes7 "compute/MIG modes of the prolog's query unchanged" "unchanged" "(fake)" not-checked
+else
+  check gpu.modes7 "compute/MIG modes of the prolog's query unchanged" "$(cut -d, -f1,5,6 "$OUT/gpus7.csv")" "$(cut -d, -f1,5,6 "$OUT/gpus7-after.csv")"
+fi
 if modes_ok "$OUT/modes-before.csv" && modes_ok "$OUT/modes-after.csv"; then
   check gpu.untouched "compute mode / MIG / persistence unchanged by the check" "$(cat "$OUT/modes-before.csv")" "$(cat "$OUT/modes-after.csv")"
 else

@@ -135,6 +135,25 @@ TEST_F(DaemonTest, StartHappyPath) {
   EXPECT_EQ(d.host.smi_calls, 0);
 }
 
+TEST_F(DaemonTest, PinnedMemLimitDeviceIsTheOrdinalInTheDaemonsVisibleDevices) {
+  // The daemon sees only its CUDA_VISIBLE_DEVICES, renumbered from 0 in that
+  // order (NVIDIA's device plugin does the same); the nvidia-smi index
+  // (here 3, then 2 and 0) never reaches the daemon.
+  StartRequest one = request("one-0f0e0d0c", {test::kUuid3});
+  one.limits.pinned_mem_limit = "2048M";
+  start_daemon(d.services, d.tools, store, one);
+  StartRequest two = request("two-9a8b-7fda", {test::kUuid2, test::kUuid0});
+  two.limits.pinned_mem_limit = "4096M";
+  start_daemon(d.services, d.tools, store, two);
+  ASSERT_EQ(d.host.launch_commands.size(), 2u);
+  EXPECT_EQ(test::env_value(d.host.launch_commands.at(1), "CUDA_VISIBLE_DEVICES"), test::kUuid2 + "," + test::kUuid0);
+  std::vector<std::string> sets;
+  for (const auto& c : d.host.received) if (c.rfind("set_default_device_pinned_mem_limit", 0) == 0) sets.push_back(c);
+  EXPECT_EQ(sets, (std::vector<std::string>{"set_default_device_pinned_mem_limit 0 2048M",
+                                            "set_default_device_pinned_mem_limit 0 4096M",
+                                            "set_default_device_pinned_mem_limit 1 4096M"}));
+}
+
 TEST_F(DaemonTest, StartMultiGpuWithLimits) {
   StartRequest req = request("multi-7fdaf0a5-1b2c3d4e", {test::kUuid0, test::kUuid1});
   req.limits.active_thread_percentage = 37.5;

@@ -147,7 +147,7 @@ inline const std::string kUuid3 = "GPU-0f0e0d0c-1234-5678-9abc-def012345678";
 
 inline GpuIdentity make_gpu(int index, const std::string& uuid, int minor, const std::string& bus,
                             const std::string& name = "NVIDIA H200") {
-  return GpuIdentity{index, uuid, minor, bus, name};
+  return GpuIdentity{index, uuid, minor, bus, name, "", ""};
 }
 
 // Four GPUs whose nvidia-smi index, minor number and PCI order all differ.
@@ -156,12 +156,14 @@ inline std::vector<GpuIdentity> four_gpus() {
           make_gpu(2, kUuid2, 3, "00000000:C5:00.0"), make_gpu(3, kUuid3, 1, "00000000:45:00.0")};
 }
 
-// `nvidia-smi --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader`
+// `nvidia-smi --query-gpu=<kNvidiaSmiQueryFields> --format=csv,noheader`;
+// modes not set print as an H200 out of the box: Default, MIG Disabled.
 inline std::string smi_csv(const std::vector<GpuIdentity>& gpus) {
   std::string out;
   for (const auto& g : gpus) {
     out += std::to_string(g.index) + ", " + g.uuid + ", " + std::to_string(g.minor_number) + ", " + g.pci_bus_id + ", " +
-           g.name + "\n";
+           (g.compute_mode.empty() ? "Default" : g.compute_mode) + ", " + (g.mig_mode.empty() ? "Disabled" : g.mig_mode) +
+           ", " + g.name + "\n";
   }
   return out;
 }
@@ -434,7 +436,7 @@ struct Doubles {
   FakeClock clock;
   FakeNvidiaHost host{proc};
   Services services{runner, proc, signaller, clock};
-  Tools tools{host.nvidia_smi, host.mps_control};
+  Tools tools{host.nvidia_smi, host.mps_control, std::nullopt};
 
   Doubles() { runner.handler = host.handler(); }
 };

@@ -63,7 +63,7 @@ TEST(DisplayGpuUuid, IsPrefixedLowercaseAndDashed) {
 }
 
 TEST(GpuIdentity, JsonRoundTripNormalizesTheUuid) {
-  GpuIdentity g{3, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 5, "00000000:85:00.0", "NVIDIA H200"};
+  GpuIdentity g{3, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 5, "00000000:85:00.0", "NVIDIA H200", "", ""};
   EXPECT_EQ(GpuIdentity::from_json(g.to_json()), g);
   auto j = g.to_json();
   j["uuid"] = "7FDAF0A5179BF636D15DDAF243E3FF16";
@@ -74,10 +74,10 @@ TEST(GpuIdentity, JsonRoundTripNormalizesTheUuid) {
 
 TEST(ParseNvidiaSmiQuery, ParsesRealFormatRows) {
   auto gpus = parse_nvidia_smi_query(
-      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n"
-      "1, GPU-1B2C3D4E-0000-1111-2222-333344445555, 3, 00000000:05:00.0, NVIDIA H200\n");
+      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+      "1, GPU-1B2C3D4E-0000-1111-2222-333344445555, 3, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   ASSERT_EQ(gpus.size(), 2u);
-  EXPECT_EQ(gpus[0], (GpuIdentity{0, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 0, "00000000:85:00.0", "NVIDIA H200"}));
+  EXPECT_EQ(gpus[0], (GpuIdentity{0, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 0, "00000000:85:00.0", "NVIDIA H200", "", ""}));
   EXPECT_EQ(gpus[1].index, 1);
   EXPECT_EQ(gpus[1].uuid, "GPU-1b2c3d4e-0000-1111-2222-333344445555");  // display form
   EXPECT_EQ(gpus[1].minor_number, 3);
@@ -86,8 +86,8 @@ TEST(ParseNvidiaSmiQuery, ParsesRealFormatRows) {
 
 TEST(ParseNvidiaSmiQuery, SortsByIndexAndSkipsBlankLinesAndCarriageReturns) {
   auto gpus = parse_nvidia_smi_query(
-      "\r\n2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, 1, 00000000:C5:00.0, NVIDIA A100\r\n"
-      "\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:85:00.0, NVIDIA A100\r\n\n");
+      "\r\n2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, 1, 00000000:C5:00.0, Default, Disabled, NVIDIA A100\r\n"
+      "\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:85:00.0, Default, Disabled, NVIDIA A100\r\n\n");
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_EQ(gpus[0].index, 0);
   EXPECT_EQ(gpus[1].index, 2);
@@ -97,14 +97,14 @@ TEST(ParseNvidiaSmiQuery, SortsByIndexAndSkipsBlankLinesAndCarriageReturns) {
 }
 
 TEST(ParseNvidiaSmiQuery, NotAvailableMinorBecomesMinusOne) {
-  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, [N/A], 00000000:01:00.0, NVIDIA GeForce RTX 4090\n");
+  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, [N/A], 00000000:01:00.0, Default, Disabled, NVIDIA GeForce RTX 4090\n");
   ASSERT_EQ(gpus.size(), 1u);
   EXPECT_EQ(gpus[0].minor_number, -1);
   EXPECT_EQ(gpus[0].name, "NVIDIA GeForce RTX 4090");
 }
 
 TEST(ParseNvidiaSmiQuery, NameMayContainCommas) {
-  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA Foo, Rev. 2, OEM\n");
+  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA Foo, Rev. 2, OEM\n");
   ASSERT_EQ(gpus.size(), 1u);
   EXPECT_EQ(gpus[0].name, "NVIDIA Foo, Rev. 2, OEM");
   EXPECT_EQ(gpus[0].pci_bus_id, "00000000:85:00.0");
@@ -116,15 +116,15 @@ TEST(ParseNvidiaSmiQuery, GarbageLinesThrowNamingTheLine) {
   EXPECT_NE(e.find("No devices were found"), std::string::npos) << e;
 
   e = error_of([] {
-    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n"
-                           "x, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:05:00.0, NVIDIA H200\n");
+    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+                           "x, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   });
   EXPECT_NE(e.find("line 2"), std::string::npos) << e;
   EXPECT_NE(e.find("index"), std::string::npos) << e;
 
-  EXPECT_THROW(parse_nvidia_smi_query("0, not-a-uuid, 0, 00000000:85:00.0, NVIDIA H200\n"), CudaMpsError);
-  EXPECT_THROW(parse_nvidia_smi_query("0, MIG-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, X\n"), CudaMpsError);
-  EXPECT_THROW(parse_nvidia_smi_query("-1, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, X\n"), CudaMpsError);
+  EXPECT_THROW(parse_nvidia_smi_query("0, not-a-uuid, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"), CudaMpsError);
+  EXPECT_THROW(parse_nvidia_smi_query("0, MIG-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
+  EXPECT_THROW(parse_nvidia_smi_query("-1, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
   EXPECT_THROW(parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0\n"), CudaMpsError);  // too few fields
   // The csv header (someone forgot noheader).
   EXPECT_THROW(parse_nvidia_smi_query("index, uuid, minor_number, pci.bus_id, name\n"), CudaMpsError);
@@ -132,14 +132,14 @@ TEST(ParseNvidiaSmiQuery, GarbageLinesThrowNamingTheLine) {
 
 TEST(ParseNvidiaSmiQuery, DuplicateIndexOrUuidThrowsWithLineNumber) {
   std::string e = error_of([] {
-    parse_nvidia_smi_query("\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n"
-                           "0, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:05:00.0, NVIDIA H200\n");
+    parse_nvidia_smi_query("\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+                           "0, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   });
   EXPECT_NE(e.find("line 3"), std::string::npos) << e;
   EXPECT_NE(e.find("duplicate"), std::string::npos) << e;
   e = error_of([] {
-    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n"
-                           "1, 7FDAF0A5179BF636D15DDAF243E3FF16, 1, 00000000:05:00.0, NVIDIA H200\n");
+    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+                           "1, 7FDAF0A5179BF636D15DDAF243E3FF16, 1, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   });
   EXPECT_NE(e.find("line 2"), std::string::npos) << e;
 }
@@ -149,7 +149,7 @@ TEST(ParseNvidiaSmiQuery, DuplicateIndexOrUuidThrowsWithLineNumber) {
 TEST(DiscoverGpus, RunsOneQueryByAbsolutePathWithAScratchEnvironment) {
   setenv("UNILAB_MPS_TEST_CANARY", "leaked", 1);
   RecordingRunner runner([](const Command&) {
-    return exited(0, "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n");
+    return exited(0, "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n");
   });
   auto gpus = discover_gpus(runner, "/opt/nv/bin/nvidia-smi");
   unsetenv("UNILAB_MPS_TEST_CANARY");
@@ -157,7 +157,8 @@ TEST(DiscoverGpus, RunsOneQueryByAbsolutePathWithAScratchEnvironment) {
   EXPECT_EQ(gpus[0].uuid, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16");
   ASSERT_EQ(runner.commands.size(), 1u);
   const Command& c = runner.commands[0];
-  EXPECT_EQ(c.argv, (std::vector<std::string>{"/opt/nv/bin/nvidia-smi", "--query-gpu=index,uuid,minor_number,pci.bus_id,name",
+  EXPECT_EQ(c.argv, (std::vector<std::string>{"/opt/nv/bin/nvidia-smi",
+                                              "--query-gpu=index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name",
                                               "--format=csv,noheader"}));
   EXPECT_EQ(c.argv, nvidia_smi_query_argv("/opt/nv/bin/nvidia-smi"));
   for (const auto& e : c.env) {
@@ -203,6 +204,97 @@ TEST(DiscoverGpus, EmptyOrBadOutputIsAnError) {
   EXPECT_NE(e.find("no GPU"), std::string::npos) << e;
   RecordingRunner bad([](const Command&) { return exited(0, "No devices were found\n"); });
   EXPECT_THROW(discover_gpus(bad, "/usr/bin/nvidia-smi"), CudaMpsError);
+}
+
+TEST(ParseNvidiaSmiQuery, ReadsComputeAndMigModesAsPrinted) {
+  auto gpus = parse_nvidia_smi_query(
+      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:17:00.0, Exclusive_Process, Disabled, NVIDIA H200\n"
+      "1, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:18:00.0, Prohibited, Enabled, NVIDIA H200\n"
+      "2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, [N/A], 00000000:19:00.0, [Not Supported], [N/A], NVIDIA T4\n");
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0].compute_mode, "Exclusive_Process");
+  EXPECT_EQ(gpus[0].mig_mode, "Disabled");
+  EXPECT_EQ(gpus[1].compute_mode, "Prohibited");
+  EXPECT_EQ(gpus[1].mig_mode, "Enabled");
+  EXPECT_EQ(gpus[2].compute_mode, "[Not Supported]");
+  EXPECT_EQ(gpus[2].mig_mode, "[N/A]");
+  EXPECT_EQ(gpus[2].minor_number, -1);
+  EXPECT_EQ(gpus[2].name, "NVIDIA T4");
+  // The 8-hex-digit PCI domain is kept as printed.
+  EXPECT_EQ(gpus[0].pci_bus_id, "00000000:17:00.0");
+  // Modes are state, not identity: not in the JSON, not compared.
+  EXPECT_FALSE(gpus[1].to_json().contains("compute_mode"));
+  GpuIdentity same = gpus[1];
+  same.compute_mode = "Default";
+  EXPECT_EQ(same, gpus[1]);
+}
+
+TEST(ParseNvidiaSmiQuery, TheOldFiveFieldShapeIsRefusedNamingTheSeven) {
+  std::string e = error_of([] {
+    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n");
+  });
+  EXPECT_NE(e.find("expected 7 fields"), std::string::npos) << e;
+}
+
+TEST(ParseNvidiaSmiQuery, UpperCaseUuidsAreNormalisedOnceAndMatchAnySpelling) {
+  // nvidia-smi may print the hex in upper case; the display form is decided
+  // here, once, and every comparison after it is case-free.
+  auto gpus = parse_nvidia_smi_query(
+      "0, GPU-7FDAF0A5-179B-F636-D15D-DAF243E3FF16, 0, 00000000:17:00.0, Default, Disabled, NVIDIA H200\n");
+  ASSERT_EQ(gpus.size(), 1u);
+  EXPECT_EQ(gpus[0].uuid, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16");
+  EXPECT_EQ(find_gpu("gpu-7fdaf0a5-179b-f636-d15d-daf243e3ff16", gpus).index, 0);
+  EXPECT_EQ(find_gpu("GPU-7FDAF0A5-179B-F636-D15D-DAF243E3FF16", gpus).index, 0);
+}
+
+TEST(DiscoverGpus, DefaultEnvironmentIsExactlyTheOldPath) {
+  RecordingRunner runner([](const Command&) { return exited(0, test::smi_csv(test::four_gpus())); });
+  discover_gpus(runner, "/usr/bin/nvidia-smi");
+  ASSERT_EQ(runner.commands.size(), 1u);
+  EXPECT_EQ(runner.commands[0].env, (std::vector<std::string>{"PATH=/usr/bin:/bin"}));
+}
+
+TEST(DiscoverGpus, DriverDirPutsItsBinInPathAndItsLib64InTheLinkerPath) {
+  RecordingRunner runner([](const Command&) { return exited(0, test::smi_csv(test::four_gpus())); });
+  auto gpus = discover_gpus(runner, "/usr/local/nvidia/bin/nvidia-smi", std::string("/usr/local/nvidia"));
+  EXPECT_EQ(gpus.size(), 4u);
+  ASSERT_EQ(runner.commands.size(), 1u);
+  EXPECT_EQ(runner.commands[0].env, (std::vector<std::string>{"PATH=/usr/local/nvidia/bin:/usr/bin:/bin",
+                                                              "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"}));
+}
+
+TEST(DiscoverGpus, InfoRomExit14WithValidRowsIsAWarningNotAFailure) {
+  const std::string rows = test::smi_csv(test::four_gpus());
+  RecordingRunner runner([&](const Command&) {
+    return exited(kNvidiaSmiInfoRomWarning, rows + "WARNING: infoROM is corrupted at gpu 00000000:85:00.0\n");
+  });
+  GpuDiscovery d = query_gpus(runner, "/usr/bin/nvidia-smi");
+  EXPECT_EQ(d.gpus, test::four_gpus());
+  ASSERT_TRUE(d.warning.has_value());
+  EXPECT_NE(d.warning->find("infoROM is corrupted at gpu 00000000:85:00.0"), std::string::npos) << *d.warning;
+  EXPECT_NE(d.warning->find("exited 14"), std::string::npos) << *d.warning;
+  EXPECT_EQ(d.warning->find('\n'), std::string::npos);
+  // On stderr instead of among the rows: the same.
+  RecordingRunner on_stderr([&](const Command&) {
+    return exited(kNvidiaSmiInfoRomWarning, rows, "WARNING: infoROM is corrupted at gpu 00000000:85:00.0\n");
+  });
+  d = query_gpus(on_stderr, "/usr/bin/nvidia-smi");
+  ASSERT_TRUE(d.warning.has_value());
+  EXPECT_NE(d.warning->find("infoROM is corrupted"), std::string::npos) << *d.warning;
+  // A clean run has no warning.
+  RecordingRunner clean([&](const Command&) { return exited(0, rows); });
+  EXPECT_FALSE(query_gpus(clean, "/usr/bin/nvidia-smi").warning.has_value());
+}
+
+TEST(DiscoverGpus, Exit14WithoutValidRowsAndOtherExitCodesStillFail) {
+  RecordingRunner no_rows([](const Command&) { return exited(kNvidiaSmiInfoRomWarning, "WARNING: infoROM is corrupted\n"); });
+  EXPECT_THROW(discover_gpus(no_rows, "/usr/bin/nvidia-smi"), CudaMpsError);
+  RecordingRunner garbage([](const Command&) { return exited(kNvidiaSmiInfoRomWarning, "something else\n"); });
+  EXPECT_THROW(discover_gpus(garbage, "/usr/bin/nvidia-smi"), CudaMpsError);
+  const std::string rows = test::smi_csv(test::four_gpus());
+  RecordingRunner exit15([&](const Command&) { return exited(15, rows); });
+  std::string e = error_of([&] { discover_gpus(exit15, "/usr/bin/nvidia-smi"); });
+  EXPECT_NE(e.find("exit 15"), std::string::npos) << e;
 }
 
 // --- visible_gpus -------------------------------------------------------------

@@ -459,6 +459,34 @@ TEST_F(PrologTest, NvidiaSmiFailureFailsTheProlog) {
   EXPECT_TRUE(record_files().empty());
 }
 
+TEST_F(PrologTest, AJobGpuInProhibitedModeOrWithMigFailsTheProlog) {
+  // job GRES 0,2 on n1 = nvidia-smi 2 and 1 (see SetUp); nvidia-smi 3 is not the job's.
+  auto gpus = test::four_gpus();
+  gpus[3].compute_mode = "Prohibited";
+  d.host.smi_out = test::smi_csv(gpus);
+  PrologOutcome ok = run_job_prolog(d.services, cfg, job, JobRequest{});
+  EXPECT_EQ(ok.started.size(), 2u) << "another job's GPU does not matter";
+  run_job_epilog(d.services, cfg, job);
+  const int launches = d.host.launches;
+
+  gpus[2].compute_mode = "Prohibited";
+  d.host.smi_out = test::smi_csv(gpus);
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });
+  EXPECT_NE(e.find("GPU 2 (" + test::kUuid2), std::string::npos) << e;
+  EXPECT_NE(e.find("Prohibited"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, launches);
+  EXPECT_TRUE(record_files().empty());
+
+  gpus[2].compute_mode = "Default";
+  gpus[1].mig_mode = "Enabled";
+  d.host.smi_out = test::smi_csv(gpus);
+  e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });
+  EXPECT_NE(e.find("GPU 1 (" + test::kUuid1), std::string::npos) << e;
+  EXPECT_NE(e.find("MIG"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, launches);
+}
+
 TEST_F(PrologTest, MissingGresConfIsAnError) {
   cfg.gres_conf = tmp / "nope.conf";
   std::string e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });

@@ -17,14 +17,28 @@ using test::RecordingRunner;
 using test::TempDir;
 
 TEST(CheckControlPathLength, ExactlyAtTheAfUnixLimit) {
-  // "<dir>/control" may be 107 bytes (sun_path is 108 with the NUL).
-  std::string dir = "/" + std::string(107 - 1 - 8, 'p');
-  ASSERT_EQ((dir + "/control").size(), 107u);
+  // The daemon binds "<dir>/control" and "<dir>/control_privileged"; the
+  // longer may be 107 bytes (sun_path is 108 with the NUL).
+  std::string dir = "/" + std::string(107 - 1 - 19, 'p');
+  ASSERT_EQ((dir + "/control_privileged").size(), 107u);
   EXPECT_NO_THROW(check_control_path_length(dir));
   std::string e = error_of([&] { check_control_path_length(dir + "q"); });
   EXPECT_NE(e.find("108 bytes"), std::string::npos) << e;
   EXPECT_NE(e.find("too long"), std::string::npos) << e;
+  EXPECT_NE(e.find("control_privileged"), std::string::npos) << e;
   EXPECT_NO_THROW(check_control_path_length("/tmp/nvidia-mps"));
+}
+
+TEST(CheckControlPathLength, ControlFitsButControlPrivilegedDoesNot) {
+  // Checking only "<dir>/control" would accept this directory, and the real
+  // daemon could not bind its second socket.
+  std::string dir = "/" + std::string(107 - 1 - 8, 'p');
+  ASSERT_EQ((dir + "/control").size(), 107u);
+  std::string e = error_of([&] { check_control_path_length(dir); });
+  EXPECT_NE(e.find(dir + "/control_privileged"), std::string::npos) << e;
+  std::string shorter = dir.substr(0, dir.size() - 11);
+  ASSERT_EQ((shorter + "/control_privileged").size(), 107u);
+  EXPECT_NO_THROW(check_control_path_length(shorter));
 }
 
 TEST(ControlPipeKind, SocketFifoMissingOther) {

@@ -56,6 +56,10 @@ NodeFacts ready_facts() {
                      {"/run/unilab-mps/run", dir(0, 0755)}};
   f.nvidia_smi_executable = f.mps_control_executable = true;
   f.gpus = test::four_gpus();
+  for (auto& g : *f.gpus) g.compute_mode = "Exclusive_Process";  // as NVIDIA recommends for MPS
+  f.nvidia.tools = f.config.tools;
+  f.nvidia.nvidia_smi_executable = true;
+  f.nvidia.discovery = GpuDiscovery{*f.gpus, std::nullopt};
   f.gres_path = "/etc/slurm/gres.conf";
   f.gres = GresConf{};
   f.gres->gpu_files = {"/dev/nvidia2"};
@@ -216,10 +220,12 @@ TEST(NodeChecksTest, StateAndRunDirUseThePluginsTrustRule) {
 TEST(NodeChecksTest, Tools) {
   NodeFacts f = ready_facts();
   f.gpus.reset();
+  f.nvidia.discovery.reset();
   f.gpus_error = "nvidia-smi failed";
+  f.nvidia.discovery_error = "nvidia-smi failed";
   EXPECT_EQ(run_check("nvidia-smi", f).status, CheckStatus::kFail);
-  EXPECT_EQ(run_check("nvidia-smi", f).detail, "nvidia-smi failed");
-  f.nvidia_smi_executable = false;
+  EXPECT_TRUE(has(run_check("nvidia-smi", f), "nvidia-smi failed"));
+  f.nvidia.nvidia_smi_executable = f.nvidia_smi_executable = false;
   EXPECT_TRUE(has(run_check("nvidia-smi", f), "missing or not executable"));
   f.mps_control_executable = false;
   EXPECT_EQ(run_check("mps-control", f).status, CheckStatus::kFail);
@@ -375,4 +381,14 @@ TEST(SlurmSeriesChecksTest, ContainmentOnCgroupV2DependsOnTheSeries) {
 }
 
 }  // namespace
+TEST(NodeChecksTest, ComputeModeRowJudgesTheGatheredGpus) {
+  NodeFacts f = ready_facts();
+  EXPECT_EQ(run_check("compute-mode", f).status, CheckStatus::kOk);
+  (*f.gpus)[2].compute_mode = "Default";
+  EXPECT_EQ(run_check("compute-mode", f).status, CheckStatus::kWarn);
+  (*f.gpus)[1].compute_mode = "Prohibited";
+  EXPECT_EQ(run_check("compute-mode", f).status, CheckStatus::kFail);
+  EXPECT_TRUE(has(run_check("compute-mode", f), (*f.gpus)[1].uuid) || has(run_check("compute-mode", f), "GPU 1"));
+}
+
 }  // namespace unilab::mps

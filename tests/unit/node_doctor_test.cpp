@@ -110,10 +110,17 @@ class NodeDoctorTest : public ::testing::Test {
     probe.files["/etc/slurm/gres.conf"] = "AutoDetect=off\nNodeName=gpu02 Name=gpu File=/dev/nvidia[2,0,3,1]\n";
     probe.minors = {{"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}, {"/dev/nvidia2", 2}, {"/dev/nvidia3", 3}};
     runner.handler = [](const Command& c) {
-      if (c.argv[0] == "/opt/nv/nvidia-smi") return test::exited(0, test::smi_csv(test::four_gpus()));
+      if (c.argv[0] == "/opt/nv/nvidia-smi") return test::exited(0, test::smi_csv(exclusive_gpus()));
       if (c.argv == std::vector<std::string>{"/usr/sbin/slurmd", "-V"}) return test::exited(0, "slurm 22.05.8\n");
       return test::exec_failed(c.argv[0]);
     };
+  }
+
+  // A ready node as NVIDIA recommends it for MPS: every GPU in Exclusive_Process.
+  static std::vector<GpuIdentity> exclusive_gpus() {
+    auto gpus = test::four_gpus();
+    for (auto& g : gpus) g.compute_mode = "Exclusive_Process";
+    return gpus;
   }
 
   void set_plugin_line(const std::string& line) { probe.files[kPlugstackD] = line; }
@@ -157,6 +164,24 @@ TEST_F(NodeDoctorTest, ReadyNodeMapsEveryGpuAndPassesEveryCheck) {
   EXPECT_NE(text.find("GRES"), std::string::npos);
   EXPECT_NE(text.find(test::kUuid3), std::string::npos);
   EXPECT_NE(text.find("\nready\n"), std::string::npos);
+}
+
+TEST_F(NodeDoctorTest, ComputeModesAndDriverFolderAreChecked) {
+  runner.handler = [](const Command& c) {
+    auto gpus = test::four_gpus();  // Default mode
+    gpus[2].compute_mode = "Prohibited";
+    if (c.argv[0] == "/opt/nv/nvidia-smi") return test::exited(0, test::smi_csv(gpus));
+    return test::exec_failed(c.argv[0]);
+  };
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(check(rep, "compute-mode").status, CheckStatus::kFail);
+  EXPECT_NE(check(rep, "compute-mode").detail.find("GPU 2 (" + test::kUuid2), std::string::npos) << check(rep, "compute-mode").detail;
+  EXPECT_FALSE(rep.ok());
+  // nvidia-smi not where the arguments say, but in a container's driver folder.
+  probe.executables = {"/usr/local/nvidia/bin/nvidia-smi", "/opt/nv/nvidia-cuda-mps-control"};
+  rep = run();
+  EXPECT_EQ(check(rep, "nvidia-smi").status, CheckStatus::kFail);
+  EXPECT_NE(check(rep, "nvidia-smi").detail.find("driver_dir=/usr/local/nvidia"), std::string::npos) << check(rep, "nvidia-smi").detail;
 }
 
 TEST_F(NodeDoctorTest, JsonCarriesChecksAndTheGpuTable) {

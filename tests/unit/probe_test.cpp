@@ -30,8 +30,8 @@ const std::string kGpuA = "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16";
 const std::string kGpuB = "GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60";
 const std::string kMig = "MIG-11111111-2222-3333-4444-555555555555";
 const std::string kSmiCsv =
-    "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:18:00.0, NVIDIA H200\n"
-    "1, GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60, 0, 00000000:2A:00.0, NVIDIA H200\n";
+    "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:18:00.0, Default, Disabled, NVIDIA H200\n"
+    "1, GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60, 0, 00000000:2A:00.0, Default, Disabled, NVIDIA H200\n";
 constexpr pid_t kDaemonPid = 4242;
 
 // Scripted runner: nvidia-smi prints `smi_csv` (or fails), the MPS front end

@@ -68,6 +68,34 @@ TEST_F(StatusTest, ListsGpusRecordsAndTheirLiveness) {
   EXPECT_EQ(j["compatible_topology_modes"].size(), 3u);
 }
 
+TEST_F(StatusTest, ALiveDaemonsMpsServersAreListedAsItsChildren) {
+  auto a = live_record("a", 501, test::kUuid0);
+  auto b = live_record("b", 601, test::kUuid1);
+  // 501's children: its server (comm "nvidia-cuda-mps"), a server of
+  // another uid, a zombie server and a client-side helper; 601 has none.
+  d.proc.add(510, 1000, 900);
+  d.proc.comms[510] = "nvidia-cuda-mps";
+  d.proc.add(511, 2000, 901);
+  d.proc.comms[511] = "nvidia-cuda-mps";
+  d.proc.add(512, 1000, 902, 'Z');
+  d.proc.comms[512] = "nvidia-cuda-mps";
+  d.proc.add(513, 1000, 903);
+  d.proc.comms[513] = "python3";
+  d.proc.kids[501] = {510, 511, 512, 513};
+  HostStatus h = host_status(d.services, d.tools, store, StatusQuery{});
+  ASSERT_EQ(h.daemon_states.size(), 2u);
+  EXPECT_EQ(h.daemon_states[0]["name"], "a");
+  EXPECT_EQ(h.daemon_states[0]["mps_servers"], nlohmann::json::array({510}));
+  EXPECT_EQ(h.daemon_states[1]["mps_servers"], nlohmann::json::array());
+  EXPECT_EQ(mps_servers_of(a, d.proc), (std::vector<pid_t>{510}));
+  // A daemon that is gone has no servers to show, and no key.
+  d.proc.kill(501);
+  EXPECT_TRUE(mps_servers_of(a, d.proc).empty());
+  h = host_status(d.services, d.tools, store, StatusQuery{});
+  EXPECT_FALSE(h.daemon_states[0].contains("mps_servers"));
+  (void)b;
+}
+
 TEST_F(StatusTest, FailingNvidiaSmiSetsADiagnosticAndStillListsRecords) {
   live_record("a", 501, test::kUuid0);
   d.host.smi_exit = 9;
@@ -177,6 +205,28 @@ TEST_F(StatusTest, DoctorIsOkOnAHealthyHost) {
   // Read-only: no daemon launched, nothing written.
   EXPECT_EQ(d.host.launches, 0);
   EXPECT_FALSE(test::exists(store.root()));
+}
+
+TEST_F(StatusTest, DoctorReadsTheSelectedGpusComputeModeAndNeverFailsForAnother) {
+  auto gpus = test::four_gpus();
+  gpus[1].compute_mode = "Exclusive_Process";
+  gpus[2].compute_mode = "Prohibited";
+  d.host.smi_out = test::smi_csv(gpus);
+  StatusQuery q;
+  q.cuda_visible_devices = "1";
+  DoctorReport rep = doctor(d.services, d.tools, store, std::nullopt, q);
+  ASSERT_TRUE(check(rep, "compute-mode"));
+  EXPECT_EQ(check(rep, "compute-mode")->status, CheckStatus::kOk) << check(rep, "compute-mode")->detail;
+  EXPECT_TRUE(rep.ok());
+  q.cuda_visible_devices = "0";
+  rep = doctor(d.services, d.tools, store, std::nullopt, q);
+  EXPECT_EQ(check(rep, "compute-mode")->status, CheckStatus::kWarn) << "Default: NVIDIA recommends Exclusive_Process";
+  EXPECT_TRUE(rep.ok());
+  q.cuda_visible_devices = "2";
+  rep = doctor(d.services, d.tools, store, std::nullopt, q);
+  EXPECT_EQ(check(rep, "compute-mode")->status, CheckStatus::kFail);
+  EXPECT_NE(check(rep, "compute-mode")->detail.find("Prohibited"), std::string::npos);
+  EXPECT_FALSE(rep.ok());
 }
 
 TEST_F(StatusTest, DoctorFailsWhenNvidiaSmiFails) {
