@@ -223,6 +223,24 @@ std::vector<std::string> nodes_for_host(const SlurmConf& conf, const std::string
   return {out.begin(), out.end()};
 }
 
+// Where slurmd reads plugstack.conf, and where it looks for a relative plugin.
+std::string plugstack_path_of(const SlurmConf& conf, const std::string& slurm_conf) {
+  return conf.get("plugstackconfig").value_or(dir_of(slurm_conf) + "/plugstack.conf");
+}
+
+std::vector<std::string> plugin_dirs_of(const SlurmConf& conf, const std::string& default_plugin_dir) {
+  return split_colon(conf.get("plugindir").value_or(default_plugin_dir));
+}
+
+// The lines that load unilab_mps.so (more than one is a mistake Slurm refuses).
+std::vector<const PlugstackEntry*> our_plugin_entries(const Plugstack& stack) {
+  std::vector<const PlugstackEntry*> ours;
+  for (const auto& e : stack.entries) {
+    if (base_of(e.path) == kPluginFile) ours.push_back(&e);
+  }
+  return ours;
+}
+
 // A directory the plugin creates or trusts: every existing component owned by
 // root and not writable by group/other (a root-owned sticky dir such as /tmp
 // is fine for ancestors), the leaf traversable by every user (tasks read
@@ -408,7 +426,7 @@ nlohmann::json NodeDoctorReport::to_json() const {
 
 std::string NodeDoctorReport::to_text() const {
   std::string out = fmt::format("node {} (slurm.conf {})\n", node.empty() ? "?" : node, slurm_conf);
-  for (const auto& c : checks) out += fmt::format("[{:<4}] {:<14} {}\n", c.status, c.name, c.detail);
+  out += render_checks(checks);
   if (!gpus.empty()) {
     size_t w = 6;
     for (const auto& r : gpus) w = std::max(w, r.device.size());
@@ -462,8 +480,8 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
   }
 
   // plugstack.conf and the plugin line
-  std::string plugstack_path = conf.get("plugstackconfig").value_or(dir_of(opt.slurm_conf) + "/plugstack.conf");
-  std::vector<std::string> plugin_dirs = split_colon(conf.get("plugindir").value_or(opt.default_plugin_dir));
+  std::string plugstack_path = plugstack_path_of(conf, opt.slurm_conf);
+  std::vector<std::string> plugin_dirs = plugin_dirs_of(conf, opt.default_plugin_dir);
   Plugstack stack = read_plugstack(probe, plugstack_path, plugin_dirs);
   if (stack.files.empty()) {
     add("plugstack", "fail", fmt::format("{} does not exist (PlugStackConfig{}): Slurm loads no SPANK plugin", plugstack_path,
@@ -473,10 +491,7 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
         fmt::format("read {}{}{}", join(stack.files, ", "), stack.includes.empty() ? "" : "; " + join(stack.includes, "; "),
                     stack.problems.empty() ? "" : "; " + join(stack.problems, "; ")));
   }
-  std::vector<const PlugstackEntry*> ours;
-  for (const auto& e : stack.entries) {
-    if (base_of(e.path) == kPluginFile) ours.push_back(&e);
-  }
+  std::vector<const PlugstackEntry*> ours = our_plugin_entries(stack);
   const PlugstackEntry* entry = nullptr;
   if (ours.empty()) {
     add("plugin-listed", "fail",
@@ -770,6 +785,38 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
     add("containment", advice.status, advice.detail);
   }
   return rep;
+}
+
+NodePluginConfig node_plugin_config(NodeProbe& probe, const std::string& slurm_conf, const std::optional<std::string>& node,
+                                    const std::string& default_plugin_dir) {
+  NodePluginConfig out;
+  SlurmConf conf;
+  try {
+    conf = read_slurm_conf(probe, slurm_conf);
+  } catch (const CudaMpsError& e) {
+    out.problem = e.what();
+  }
+  out.host_nodes = nodes_for_host(conf, probe.hostname());
+  if (node) {
+    out.node = *node;
+  } else if (out.host_nodes.size() <= 1) {
+    out.node = out.host_nodes.empty() ? probe.hostname() : out.host_nodes[0];
+  }
+  if (!out.problem.empty()) return out;
+  std::string path = plugstack_path_of(conf, slurm_conf);
+  Plugstack stack = read_plugstack(probe, path, plugin_dirs_of(conf, default_plugin_dir));
+  auto ours = our_plugin_entries(stack);
+  if (ours.empty()) {
+    out.problem = fmt::format("no `optional .../{}` line in {}", kPluginFile, stack.files.empty() ? path : join(stack.files, ", "));
+    return out;
+  }
+  out.plugin_line = fmt::format("{}:{}", ours.front()->file, ours.front()->line);
+  try {
+    out.config = parse_plugin_args(ours.front()->args);
+  } catch (const CudaMpsError& e) {
+    out.problem = fmt::format("{}: {}", out.plugin_line, e.what());
+  }
+  return out;
 }
 
 }  // namespace unilab::mps
