@@ -1,4 +1,5 @@
 #include "cli/commands.hpp"
+#include "cli/option_values.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,77 +19,16 @@
 #include "common/mps/gpu.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/mps/status.hpp"
-#include "common/mps/topology.hpp"
-#include "common/mps/daemon.hpp"
-#include "common/mps/errors.hpp"
-#include "common/mps/gpu.hpp"
-#include "common/mps/nvidia_checks.hpp"
-#include "common/mps/safefs.hpp"
-#include "common/mps/status.hpp"
+#include "common/slurm/slurm_config.hpp"
 #include "common/mps/topology.hpp"
 
 namespace unilab::mps::cli {
 namespace {
 
-std::optional<std::string> getenv_opt(const char* key) {
-  const char* v = std::getenv(key);
-  return v == nullptr ? std::nullopt : std::optional<std::string>(v);
-}
-
-// Everything a command needs, from flags, then environment, then defaults.
-struct Context {
-  SystemServices sys;
-  SystemRunner& runner{sys.runner};
-  SystemProcReader& proc{sys.proc};
-  Services& services{sys.services};
-  Tools tools;
-  std::string state_dir;
-  std::string run_dir;
-  uid_t uid = getuid();
-  gid_t gid = getgid();
-  std::string host = current_host();
-  bool json = false;
-
-  explicit Context(const ParsedArgs& a) {
-    json = a.has("--json");
-    auto smi = a.value("--nvidia-smi");
-    if (!smi) smi = getenv_opt("UNILAB_MPS_NVIDIA_SMI");
-    auto control = a.value("--mps-control");
-    if (!control) control = getenv_opt("UNILAB_MPS_CONTROL");
-    tools.nvidia_smi = smi.value_or(tools.nvidia_smi);
-    tools.mps_control = control.value_or(tools.mps_control);
-    auto driver_dir = a.value("--driver-dir");
-    if (!driver_dir) driver_dir = getenv_opt("UNILAB_MPS_DRIVER_DIR");
-    if (driver_dir) {
-      if (driver_dir->empty() || (*driver_dir)[0] != '/') throw UsageError(fmt::format("'{}' must be an absolute path", *driver_dir));
-      apply_driver_dir(tools, *driver_dir, smi.has_value(), control.has_value());
-    }
-    auto sd = a.value("--state-dir");
-    if (!sd) sd = getenv_opt("UNILAB_MPS_STATE_DIR");
-    state_dir = sd ? *sd : RecordStore::default_user_root();
-    auto rd = a.value("--run-dir");
-    if (!rd) rd = getenv_opt("UNILAB_MPS_RUN_DIR");
-    if (rd) {
-      run_dir = *rd;
-    } else if (auto xdg = getenv_opt("XDG_RUNTIME_DIR"); xdg && !xdg->empty() && (*xdg)[0] == '/') {
-      run_dir = *xdg + "/unilab-mps";
-    } else {
-      run_dir = fmt::format("/tmp/unilab-mps-{}", uid);
-    }
-    for (const auto* p : {&tools.nvidia_smi, &tools.mps_control, &state_dir, &run_dir}) {
-      if (p->empty() || (*p)[0] != '/') throw UsageError(fmt::format("'{}' must be an absolute path", *p));
-    }
-  }
-  RecordStore store() const { return RecordStore(state_dir, uid, gid, 0700, 0600); }
-};
-
+// --timeout: checked by the table (seconds_value); absent: the default.
 std::chrono::milliseconds seconds_option(const ParsedArgs& a, const std::string& key, double def) {
   double v = def;
-  if (auto s = a.value(key)) {
-    char* end = nullptr;
-    v = std::strtod(s->c_str(), &end);
-    if (end == s->c_str() || *end != '\0' || !(v > 0) || v > 3600) throw UsageError(key + " needs seconds in (0, 3600]");
-  }
+  if (auto s = a.value(key)) v = std::stod(*s);
   return std::chrono::milliseconds(static_cast<long>(v * 1000));
 }
 
@@ -100,13 +40,8 @@ std::string shell_quote(const std::string& v) {
   return out + "'";
 }
 
-// A daemon name given on the command line: the record store's rule, spelled out.
-void check_daemon_name(const std::string& name) {
-  if (!is_safe_name(name)) {
-    throw UsageError(fmt::format("'{}' is not a valid daemon name: letters, digits, '.', '_' and '-', not starting with '.', "
-                                 "at most 128 characters", name));
-  }
-}
+// A daemon NAME operand: the record store's rule, as for --name.
+void check_daemon_name(const std::string& name) { daemon_name_value("NAME", name); }
 
 // `start --foreground`: the daemon runs as a child until it ends (Ctrl-C or a
 // signal to this process is passed on); then the directories this call
@@ -156,66 +91,21 @@ int run_foreground(const Tools& tools, const StartRequest& req) {
   return 128 + WTERMSIG(status);
 }
 
-std::string short_list(const std::vector<std::string>& v) { return v.empty() ? "-" : join(v, ","); }
-
-// The caller's view: its mask, its pipe directory, its own records on this host.
-StatusQuery caller_query(const Context& c) {
-  StatusQuery q;
-  q.cuda_visible_devices = getenv_opt("CUDA_VISIBLE_DEVICES");
-  q.pipe_directory_env = getenv_opt("CUDA_MPS_PIPE_DIRECTORY");
-  q.uid = c.uid;
-  q.host = c.host;
-  return q;
+// --threads and --mem were checked (and --mem normalized) by the plugin's
+// own parsers in the table; --threads is read back through the same parser.
+MpsLimits limits_from(const ParsedArgs& a) {
+  MpsLimits l;
+  if (auto t = a.value("--threads")) l.active_thread_percentage = parse_thread_percentage(*t, std::nullopt);
+  if (auto m = a.value("--mem")) l.pinned_mem_limit = *m;
+  return l;
 }
 
-int cmd_status(Context& c, const ParsedArgs& a) {
-  StatusQuery q = caller_query(c);
-  RecordStore store = c.store();
-  if (auto job = a.value("--job")) {
-    // A Slurm job's records live in the root-owned state dir, scoped by node.
-    q.job_id = *job;
-    q.host = a.value("--node").value_or(getenv_opt("SLURMD_NODENAME").value_or(c.host));
-    if (c.uid == 0) q.uid.reset();
-    store = RecordStore(a.value("--state-dir").value_or("/run/unilab-mps"), 0, 0, 0755, 0644);
-  }
-  HostStatus h = host_status(c.services, c.tools, store, q);
-  if (c.json) {
-    print_json(h.to_json());
-    return kExitOk;
-  }
-  fmt::print("host {} ({}), CUDA_VISIBLE_DEVICES={}\n", c.host, h.platform, h.cuda_visible_devices.value_or("(unset)"));
-  if (h.diagnostic) fmt::print("nvidia-smi: {}\n", *h.diagnostic);
-  if (!h.gpus.empty()) {
-    fmt::print("{:<5} {:<41} {:<6} {}\n", "GPU", "UUID", "MINOR", "NAME");
-    for (const auto& g : h.gpus) fmt::print("{:<5} {:<41} {:<6} {}\n", g.index, g.uuid, g.minor_number, g.name);
-  }
-  fmt::print("daemons ({}) in {}\n", h.managed_daemons.size(), store.root());
-  for (size_t i = 0; i < h.managed_daemons.size(); ++i) {
-    const auto& r = h.managed_daemons[i];
-    fmt::print("  {:<24} pid {:<8} {:<10} {:<22} {}{}\n", r.name, r.pid, h.daemon_states[i]["liveness"].get<std::string>(),
-               r.topology_mode, short_list(r.gpu_uuids), r.job_id ? " job " + *r.job_id : "");
-    fmt::print("  {:<24} pipe {}\n", "", r.pipe_directory);
-    if (auto servers = h.daemon_states[i].find("mps_servers"); servers != h.daemon_states[i].end() && !servers->empty()) {
-      std::vector<std::string> pids;
-      for (const auto& p : *servers) pids.push_back(std::to_string(p.get<pid_t>()));
-      fmt::print("  {:<24} mps servers {} (children of daemon pid {})\n", "", join(pids, ","), r.pid);
-    }
-    if (r.limits.active_thread_percentage || r.limits.pinned_mem_limit) {
-      std::vector<std::string> l;
-      if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
-      if (r.limits.pinned_mem_limit) l.push_back(fmt::format("pinned memory {} per GPU", *r.limits.pinned_mem_limit));
-      fmt::print("  {:<24} limits {}\n", "", join(l, ", "));
-    }
-  }
-  for (const auto& p : h.record_problems) fmt::print("  ignored record {}: {}\n", p.file, p.reason);
-  fmt::print("control pipes:\n");
-  for (const auto& p : h.control_pipes) {
-    fmt::print("  {:<60} {}{}\n", p.path, p.kind, p.managed_names.empty() ? "" : " (managed: " + join(p.managed_names, ",") + ")");
-  }
-  return kExitOk;
-}
+}  // namespace
+
+// The handlers of the command table (cli/command_table.cpp).
 
 int cmd_doctor(Context& c, const ParsedArgs& a) {
+  if (a.has("--node") || a.value("--node-name") || a.value("--slurm-conf")) return cmd_node_doctor(c, a);
   StatusQuery q = caller_query(c);
   RecordStore store = c.store();
   std::optional<std::string> selector;
@@ -224,22 +114,9 @@ int cmd_doctor(Context& c, const ParsedArgs& a) {
   if (c.json) {
     print_json(rep.to_json());
   } else {
-    for (const auto& ch : rep.checks) fmt::print("[{:<4}] {:<20} {}\n", to_string(ch.status), ch.name, ch.detail);
-    fmt::print("{}\n", rep.ok() ? "ready" : "not ready");
+    fmt::print("{}", rep.to_text());
   }
   return rep.ok() ? kExitOk : kExitNotReady;
-}
-
-MpsLimits limits_from(const ParsedArgs& a) {
-  MpsLimits l;
-  if (auto t = a.value("--threads")) {
-    char* end = nullptr;
-    double v = std::strtod(t->c_str(), &end);
-    if (end == t->c_str() || *end != '\0' || !(v > 0) || v > 100) throw UsageError("--threads needs a percentage in (0, 100]");
-    l.active_thread_percentage = v;
-  }
-  if (auto m = a.value("--mem")) l.pinned_mem_limit = *m;
-  return l;
 }
 
 int cmd_start(Context& c, const ParsedArgs& a) {
@@ -254,7 +131,6 @@ int cmd_start(Context& c, const ParsedArgs& a) {
     groups.push_back(plan.gpus);
   }
   auto name = a.value("--name");
-  if (name) check_daemon_name(*name);
   if (groups.size() > 1 && (a.value("--pipe-dir") || a.value("--log-dir"))) {
     throw UsageError("--pipe-dir/--log-dir name one daemon; per-gpu starts several");
   }
@@ -387,23 +263,6 @@ int cmd_visible_devices(Context& c, const ParsedArgs& a) {
     fmt::print("{}\n", join(out, ","));
   }
   return kExitOk;
-}
-
-}  // namespace
-
-int run_command(const ParsedArgs& a) {
-  Context c(a);
-  if (a.command == "status") return cmd_status(c, a);
-  if (a.command == "doctor" && (a.has("--node") || a.value("--node-name") || a.value("--slurm-conf"))) {
-    return cmd_node_doctor(a, c.json);
-  }
-  if (a.command == "doctor") return cmd_doctor(c, a);
-  if (a.command == "start") return cmd_start(c, a);
-  if (a.command == "stop") return cmd_stop(c, a);
-  if (a.command == "env") return cmd_env(c, a);
-  if (a.command == "visible-devices") return cmd_visible_devices(c, a);
-  if (a.command == "probe") return cmd_probe(a, c.json, c.tools.nvidia_smi, c.tools.mps_control);
-  throw UsageError("unknown command '" + a.command + "'");
 }
 
 }  // namespace unilab::mps::cli

@@ -1,4 +1,5 @@
-// unilab-mps: parse argv, run one command, map the outcome to an exit code.
+// unilab-mps: parse argv against the command table, run one command, map the
+// outcome to an exit code.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -11,14 +12,15 @@ int main(int argc, char** argv) {
   using namespace unilab::mps;
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    cli::ParsedArgs parsed = cli::parse_args(args, cli::command_specs(), cli::global_spec());
+    cli::ParsedArgs parsed = cli::parse_command_line(args);
     if (parsed.has("--help") || parsed.command.empty()) {
       std::fputs(cli::usage_text(parsed.command).c_str(), parsed.command.empty() && !parsed.has("--help") ? stderr : stdout);
       return parsed.has("--help") ? cli::kExitOk : cli::kExitUsage;
     }
     return cli::run_command(parsed);
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "unilab-mps: %s (see `unilab-mps --help`)\n", e.what());
+    std::string help = e.command().empty() ? "unilab-mps --help" : "unilab-mps " + e.command() + " --help";
+    std::fprintf(stderr, "unilab-mps: %s (see `%s`)\n", e.what(), help.c_str());
     return cli::kExitUsage;
   } catch (const StaleCudaMpsDaemonError& e) {
     std::fprintf(stderr, "unilab-mps: %s\n", e.what());

@@ -1,6 +1,5 @@
 // `unilab-mps doctor --node`: is this Slurm node ready for --unilab-mps jobs?
 // The checks live in common/slurm/node_doctor.cpp; this file picks the inputs and prints.
-#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -13,22 +12,34 @@
 
 namespace unilab::mps::cli {
 
-int cmd_node_doctor(const ParsedArgs& a, bool json) {
+std::string slurm_conf_of(const ParsedArgs& a) {
+  if (auto f = a.value("--slurm-conf")) return *f;
+  auto env = getenv_opt("SLURM_CONF");
+  if (env && !env->empty()) {
+    if ((*env)[0] != '/') throw UsageError("SLURM_CONF='" + *env + "' must be an absolute path; fix it or pass --slurm-conf");
+    return *env;
+  }
+  return locate_slurm_conf().path;  // the default file, else slurmd's configless cache
+}
+
+std::optional<std::string> slurm_node_of(const ParsedArgs& a, const std::string& option) {
+  if (auto n = a.value(option)) return n;
+  auto env = getenv_opt("SLURMD_NODENAME");
+  return env && !env->empty() ? env : std::nullopt;
+}
+
+std::string default_plugin_dir() { return UNILAB_MPS_SLURM_PLUGIN_DIR; }
+
+int cmd_node_doctor(Context& c, const ParsedArgs& a) {
   if (!a.has("--node")) throw UsageError("--node-name and --slurm-conf go with `doctor --node`");
   if (!a.positional.empty()) throw UsageError("`doctor --node` checks the whole node and takes no SELECTOR");
   NodeDoctorOptions opt;
-  opt.slurm_conf = a.value("--slurm-conf").value_or(locate_slurm_conf().path);
-  if (opt.slurm_conf.empty() || opt.slurm_conf[0] != '/') throw UsageError("--slurm-conf needs an absolute path");
-  if (auto n = a.value("--node-name")) {
-    opt.node = *n;
-  } else if (const char* env_node = std::getenv("SLURMD_NODENAME"); env_node != nullptr && *env_node) {
-    opt.node = env_node;
-  }
-  opt.default_plugin_dir = UNILAB_MPS_SLURM_PLUGIN_DIR;
+  opt.slurm_conf = slurm_conf_of(a);
+  opt.node = slurm_node_of(a, "--node-name");
+  opt.default_plugin_dir = default_plugin_dir();
   SystemNodeProbe probe;
-  SystemRunner runner;
-  NodeDoctorReport rep = node_doctor(probe, runner, opt);
-  if (json) {
+  NodeDoctorReport rep = node_doctor(probe, c.runner, opt);
+  if (c.json) {
     std::cout << rep.to_json().dump(2) << "\n";
   } else {
     std::cout << rep.to_text();

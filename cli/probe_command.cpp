@@ -13,19 +13,13 @@
 namespace unilab::mps::cli {
 namespace {
 
-std::string required(const ParsedArgs& a, const std::string& key) {
-  auto v = a.value(key);
-  if (!v || v->empty()) throw UsageError("probe needs " + key);
-  return *v;
-}
+// A value the table declared required (parse_args enforced it).
+std::string required(const ParsedArgs& a, const std::string& key) { return a.value(key).value_or(""); }
 
+// --rank/--world-size: checked to be integers by the table.
 int int_option(const ParsedArgs& a, const std::string& key, int def) {
   auto v = a.value(key);
-  if (!v) return def;
-  int out = 0;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (v->empty() || ec != std::errc() || p != v->data() + v->size()) throw UsageError(key + " needs an integer");
-  return out;
+  return v ? std::stoi(*v) : def;
 }
 
 // Human output: one `key: value` per line, in the `cuda_process_sharing` manifest's field order.
@@ -43,14 +37,11 @@ void print_human(const nlohmann::json& j) {
 
 }  // namespace
 
-int cmd_probe(const ParsedArgs& a, bool json, const std::string& nvidia_smi, const std::string& mps_control) {
-  std::string requested_text = required(a, "--requested");
+int cmd_probe(Context& c, const ParsedArgs& a) {
+  const std::string& nvidia_smi = c.tools.nvidia_smi;
+  const std::string& mps_control = c.tools.mps_control;
   std::optional<std::string> requested;
-  if (requested_text == "mps") {
-    requested = requested_text;
-  } else if (requested_text != "none") {
-    throw UsageError("--requested takes none or mps, not '" + requested_text + "'");
-  }
+  if (required(a, "--requested") == "mps") requested = "mps";  // else none (the table allows only these)
   std::string learner = required(a, "--learner-device");
   std::string backend = required(a, "--backend");
   auto collector = a.value("--collector-device");
@@ -63,16 +54,15 @@ int cmd_probe(const ParsedArgs& a, bool json, const std::string& nvidia_smi, con
                                  world_size));
   }
 
-  SystemRunner runner;
-  SystemProcReader proc;
+  SystemRunner& runner = c.runner;
   VisibleDevicesResolver devices(runner, nvidia_smi);
-  ProbeHost host{.proc = proc, .mps_control = mps_control, .nvidia_smi = nvidia_smi};
+  ProbeHost host{.proc = c.proc, .mps_control = mps_control, .nvidia_smi = nvidia_smi};
   // A failed explicit request throws CudaMpsError: main prints it, exit 1.
   CudaProcessSharingEvidence ev =
       probe_cuda_process_sharing(requested, learner, collector, backend, rank, world_size, devices, runner, host);
   // Record first, so that output on stdout means the manifest holds it too.
   if (auto manifest = a.value("--manifest")) update_manifest_file(*manifest, ev);
-  if (json) {
+  if (c.json) {
     std::cout << ev.to_json().dump(2) << "\n";
   } else {
     print_human(ev.to_json());

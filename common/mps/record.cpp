@@ -1,6 +1,5 @@
 #include "common/mps/record.hpp"
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <fcntl.h>
@@ -198,19 +197,6 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
 
 RecordStore::RecordStore(std::string root, uid_t owner, gid_t owner_gid, mode_t dir_mode, mode_t file_mode)
     : root_(std::move(root)), owner_(owner), owner_gid_(owner_gid), dir_mode_(dir_mode), file_mode_(file_mode) {}
-
-std::string RecordStore::default_user_root() {
-  const char* xdg = std::getenv("XDG_STATE_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/unilab-mps";
-  const char* home = std::getenv("HOME");
-  std::string h = home != nullptr && home[0] == '/' ? home : "";
-  if (h.empty()) {
-    struct passwd* pw = getpwuid(getuid());
-    if (pw != nullptr && pw->pw_dir != nullptr) h = pw->pw_dir;
-  }
-  if (h.empty()) throw CudaMpsError("cannot find a state directory: set HOME or XDG_STATE_HOME, or pass --state-dir");
-  return h + "/.local/state/unilab-mps";
-}
 
 void RecordStore::write(const DaemonRecord& record) {
   if (!is_safe_name(record.name)) throw CudaMpsError(fmt::format("'{}' is not a valid daemon name", record.name));

@@ -114,8 +114,6 @@ struct RecordListing {
 class RecordStore {
  public:
   RecordStore(std::string root, uid_t owner, gid_t owner_gid, mode_t dir_mode, mode_t file_mode);
-  // The CLI default: $XDG_STATE_HOME/unilab-mps or ~/.local/state/unilab-mps.
-  static std::string default_user_root();
   const std::string& root() const { return root_; }
 
   void write(const DaemonRecord& record);

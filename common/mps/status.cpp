@@ -9,8 +9,6 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
-#include "common/mps/errors.hpp"
-#include "common/mps/mps_control.hpp"
 #include "common/mps/nvidia_checks.hpp"
 
 namespace unilab::mps {
@@ -37,20 +35,32 @@ nlohmann::json HostStatus::to_json() const {
           {"record_problems", problems}};
 }
 
-HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, const StatusQuery& q) {
-  HostStatus h;
-  struct utsname u {};
-  h.platform = uname(&u) == 0 ? fmt::format("{}-{}", u.sysname, u.machine) : "unknown";
-  h.cuda_visible_devices = q.cuda_visible_devices;
-  if (q.discover) {
-    try {
-      auto all = discover_gpus(s.runner, tools.nvidia_smi, tools.driver_dir);
-      h.nvidia_smi_available = true;
-      h.gpus = visible_gpus(q.cuda_visible_devices, all);
-    } catch (const CudaMpsError& e) {
-      h.diagnostic = e.what();
-    }
+namespace {
+
+// A job's view shows the GPUs of its daemons, not the host's.
+std::vector<GpuIdentity> gpus_of_daemons(const std::vector<GpuIdentity>& all, const std::vector<DaemonRecord>& daemons) {
+  std::vector<GpuIdentity> out;
+  for (const auto& g : all) {
+    bool served = std::any_of(daemons.begin(), daemons.end(), [&](const DaemonRecord& r) {
+      return std::any_of(r.gpu_uuids.begin(), r.gpu_uuids.end(),
+                         [&](const std::string& u) { return canonicalize_gpu_uuid(u) == canonicalize_gpu_uuid(g.uuid); });
+    });
+    if (served) out.push_back(g);
   }
+  return out;
+}
+
+void discover_into(HostStatus& h, Services& s, const Tools& tools, const StatusQuery& q) {
+  try {
+    auto all = discover_gpus(s.runner, tools.nvidia_smi, tools.driver_dir);
+    h.nvidia_smi_available = true;
+    h.gpus = q.job_id ? gpus_of_daemons(all, h.managed_daemons) : visible_gpus(q.cuda_visible_devices, all);
+  } catch (const CudaMpsError& e) {
+    h.diagnostic = e.what();
+  }
+}
+
+void list_into(HostStatus& h, RecordStore& store, const StatusQuery& q) {
   try {
     auto listing = store.list(q.uid, q.host);
     h.record_problems = listing.problems;
@@ -61,14 +71,13 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
   } catch (const CudaMpsError& e) {
     h.record_problems.push_back({store.root(), e.what()});
   }
-  for (const auto& r : h.managed_daemons) {
-    nlohmann::json state = daemon_status(r, s.proc);
-    if (state.value("live", false)) state["mps_servers"] = mps_servers_of(r, s.proc);
-    h.daemon_states.push_back(std::move(state));
-  }
+}
 
-  std::vector<std::string> dirs = {kDefaultPipeDirectory};
-  if (q.pipe_directory_env && !q.pipe_directory_env->empty()) dirs.push_back(*q.pipe_directory_env);
+// The default pipe and the caller's (host view only), then every daemon's.
+void pipes_into(HostStatus& h, const StatusQuery& q) {
+  std::vector<std::string> dirs;
+  if (!q.job_id) dirs.push_back(kDefaultPipeDirectory);
+  if (!q.job_id && q.pipe_directory_env && !q.pipe_directory_env->empty()) dirs.push_back(*q.pipe_directory_env);
   for (const auto& r : h.managed_daemons) dirs.push_back(r.pipe_directory);
   for (const auto& d : dirs) {
     std::string path = d + "/control";
@@ -77,7 +86,66 @@ HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, cons
     for (const auto& r : h.managed_daemons) if (r.pipe_directory == d) p.managed_names.push_back(r.name);
     h.control_pipes.push_back(std::move(p));
   }
+}
+
+std::string short_list(const std::vector<std::string>& v) { return v.empty() ? "-" : join(v, ","); }
+
+std::string render_daemon(const DaemonRecord& r, const nlohmann::json& state) {
+  std::string out = fmt::format("  {:<24} pid {:<8} {:<10} {:<22} {}{}\n", r.name, r.pid, state["liveness"].get<std::string>(),
+                                r.topology_mode, short_list(r.gpu_uuids), r.job_id ? " job " + *r.job_id : "");
+  out += fmt::format("  {:<24} pipe {}\n", "", r.pipe_directory);
+  std::vector<std::string> l;
+  if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
+  if (r.limits.pinned_mem_limit) l.push_back(fmt::format("pinned memory {} per GPU", *r.limits.pinned_mem_limit));
+  if (!l.empty()) out += fmt::format("  {:<24} limits {}\n", "", join(l, ", "));
+  if (auto servers = state.find("mps_servers"); servers != state.end() && !servers->empty()) {
+    std::vector<std::string> pids;
+    for (const auto& p : *servers) pids.push_back(std::to_string(p.get<pid_t>()));
+    out += fmt::format("  {:<24} mps servers {} (children of daemon pid {})\n", "", join(pids, ","), r.pid);
+  }
+  return out;
+}
+
+}  // namespace
+
+HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, const StatusQuery& q) {
+  HostStatus h;
+  struct utsname u {};
+  h.platform = uname(&u) == 0 ? fmt::format("{}-{}", u.sysname, u.machine) : "unknown";
+  h.cuda_visible_devices = q.cuda_visible_devices;
+  list_into(h, store, q);
+  // A job without daemons here has no GPUs to show: nvidia-smi is not run.
+  if (q.discover && (!q.job_id || !h.managed_daemons.empty())) discover_into(h, s, tools, q);
+  for (const auto& r : h.managed_daemons) {
+    nlohmann::json state = daemon_status(r, s.proc);
+    if (state.value("live", false)) state["mps_servers"] = mps_servers_of(r, s.proc);
+    h.daemon_states.push_back(std::move(state));
+  }
+  pipes_into(h, q);
   return h;
+}
+
+std::string render_host_status(const HostStatus& h, const std::string& heading, const std::string& records_dir) {
+  std::string out = heading + "\n";
+  if (h.diagnostic) out += fmt::format("nvidia-smi: {}\n", *h.diagnostic);
+  if (!h.gpus.empty()) {
+    out += fmt::format("{:<5} {:<41} {:<6} {}\n", "GPU", "UUID", "MINOR", "NAME");
+    for (const auto& g : h.gpus) out += fmt::format("{:<5} {:<41} {:<6} {}\n", g.index, g.uuid, g.minor_number, g.name);
+  }
+  out += fmt::format("daemons ({}) in {}\n", h.managed_daemons.size(), records_dir);
+  for (size_t i = 0; i < h.managed_daemons.size(); ++i) out += render_daemon(h.managed_daemons[i], h.daemon_states[i]);
+  for (const auto& p : h.record_problems) out += fmt::format("  ignored record {}: {}\n", p.file, p.reason);
+  out += "control pipes:\n";
+  for (const auto& p : h.control_pipes) {
+    out += fmt::format("  {:<60} {}{}\n", p.path, p.kind, p.managed_names.empty() ? "" : " (managed: " + join(p.managed_names, ",") + ")");
+  }
+  return out;
+}
+
+std::string render_checks(const std::vector<DoctorCheck>& checks) {
+  std::string out;
+  for (const auto& c : checks) out += fmt::format("[{:<4}] {:<14} {}\n", to_string(c.status), c.name, c.detail);
+  return out;
 }
 
 std::vector<pid_t> mps_servers_of(const DaemonRecord& record, ProcReader& proc) {
@@ -95,6 +163,8 @@ std::vector<pid_t> mps_servers_of(const DaemonRecord& record, ProcReader& proc) 
 bool DoctorReport::ok() const {
   return std::none_of(checks.begin(), checks.end(), [](const auto& c) { return c.status == CheckStatus::kFail; });
 }
+
+std::string DoctorReport::to_text() const { return render_checks(checks) + (ok() ? "ready\n" : "not ready\n"); }
 
 nlohmann::json DoctorReport::to_json() const {
   nlohmann::json c = nlohmann::json::array();

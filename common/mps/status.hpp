@@ -47,6 +47,8 @@ struct StatusQuery {
   bool discover = true;               // false: records only, no nvidia-smi call
 };
 
+// With q.job_id (a Slurm job's view) only that job's daemons are listed, and
+// only their GPUs and control pipes; nvidia-smi is not run when it has none.
 // Fills HostStatus; each live daemon's entry in daemon_states also lists
 // its MPS servers under "mps_servers" (mps_servers_of).
 HostStatus host_status(Services& s, const Tools& tools, RecordStore& store, const StatusQuery& q);
@@ -64,11 +66,17 @@ struct DoctorCheck {
   nlohmann::json to_json() const { return {{"name", name}, {"status", std::string(to_string(status))}, {"detail", detail}}; }
 };
 
+// The text renderers, one for every front end: a status below `heading`
+// with its records directory, and one `[status] name detail` line per check.
+std::string render_host_status(const HostStatus& h, const std::string& heading, const std::string& records_dir);
+std::string render_checks(const std::vector<DoctorCheck>& checks);
+
 struct DoctorReport {
   std::vector<DoctorCheck> checks;
   std::optional<TopologyPlan> plan;
   bool ok() const;
   nlohmann::json to_json() const;
+  std::string to_text() const;  // the checks, then ready / not ready
 };
 
 // Validates topology and daemon state for `selector` without creating or

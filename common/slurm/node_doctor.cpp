@@ -535,7 +535,7 @@ nlohmann::json NodeDoctorReport::to_json() const {
 
 std::string NodeDoctorReport::to_text() const {
   std::string out = fmt::format("node {} (slurm.conf {})\n", node.empty() ? "?" : node, slurm_conf);
-  for (const auto& c : checks) out += fmt::format("[{:<4}] {:<14} {}\n", to_string(c.status), c.name, c.detail);
+  out += render_checks(checks);
   if (!gpus.empty()) {
     size_t w = 6;
     for (const auto& r : gpus) w = std::max(w, r.device.size());
@@ -558,6 +558,37 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
   rep.checks = run_node_checks(facts, node_checks());
   rep.gpus = node_gpu_rows(facts);
   return rep;
+}
+
+// The gather steps of the doctor, stopped at the plugin's arguments.
+NodePluginConfig node_plugin_config(NodeProbe& probe, const std::string& slurm_conf, const std::optional<std::string>& node,
+                                    const std::string& default_plugin_dir) {
+  NodeFacts f;
+  f.options.slurm_conf = slurm_conf;
+  f.options.node = node;
+  f.options.default_plugin_dir = default_plugin_dir;
+  f.host = probe.hostname();
+  gather_slurm_conf(probe, f);
+  NodePluginConfig out;
+  out.host_nodes = f.node_candidates;
+  if (node || f.node_candidates.size() <= 1) out.node = f.node;
+  if (f.conf_error) {
+    out.problem = *f.conf_error;
+    return out;
+  }
+  gather_plugin(probe, f);
+  if (f.plugin_lines.empty()) {
+    out.problem = fmt::format("no `optional .../{}` line in {}", kPluginFile,
+                              f.stack.files.empty() ? f.plugstack_path : join(f.stack.files, ", "));
+    return out;
+  }
+  out.plugin_line = fmt::format("{}:{}", f.plugin_lines.front().file, f.plugin_lines.front().line);
+  if (f.plugin_config) {
+    out.config = f.plugin_config;
+  } else {
+    out.problem = fmt::format("{}: {}", out.plugin_line, f.plugin_args_error);
+  }
+  return out;
 }
 
 }  // namespace unilab::mps

@@ -23,6 +23,9 @@
 #include "common/slurm/slurm_series.hpp"
 #include "common/mps/nvidia_checks.hpp"
 #include "common/mps/status.hpp"
+#include "common/mps/runner.hpp"
+#include "common/slurm/slurm_config.hpp"
+#include "common/mps/status.hpp"
 
 namespace unilab::mps {
 
@@ -229,5 +232,19 @@ struct NodeDoctorReport {
 };
 
 NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& options);
+
+// The plugin's configuration on this node, found the way node_doctor finds
+// it: slurm.conf (PlugStackConfig, PluginDir) -> plugstack.conf and its
+// includes -> the unilab_mps.so line (the first, as Slurm loads it) -> its
+// arguments through parse_plugin_args. Reads only; never throws.
+struct NodePluginConfig {
+  std::optional<PluginConfig> config;   // nullopt: `problem` says why
+  std::string problem;
+  std::string plugin_line;              // FILE:LINE of the line used
+  std::string node;                     // as node_doctor decides it; empty: the host is several nodes
+  std::vector<std::string> host_nodes;  // NodeName of this host in slurm.conf (several: pick one)
+};
+NodePluginConfig node_plugin_config(NodeProbe& probe, const std::string& slurm_conf, const std::optional<std::string>& node,
+                                    const std::string& default_plugin_dir);
 
 }  // namespace unilab::mps

@@ -166,7 +166,7 @@ expect_contains "status --job (root) shows the limits" "$st" "limits active thre
 st=$(as_user unimps1 "$CLI" status --job "$job" --node n1 --state-dir "$STATE_DIR" --nvidia-smi "$FAKES/nvidia-smi" 2>&1)
 expect_contains "status --job (the job's user) shows the limits" "$st" "limits active threads 25%"
 st=$(as_user unimps2 "$CLI" status --job "$job" --node n1 --state-dir "$STATE_DIR" --nvidia-smi "$FAKES/nvidia-smi" 2>&1)
-expect_contains "status --job (another user) does not list it" "$st" "daemons (0)"
+expect_contains "status --job (another user) does not list it" "$st" "job $job has no unilab-mps daemon of uid"
 st=$("$CLI" status --job "$job" --node n1 --state-dir "$STATE_DIR" --nvidia-smi "$FAKES/nvidia-smi" --json 2>&1)
 expect_contains "status --job --json carries the limits" "$(printf '%s' "$st" | tr -d ' \n')" '"limits":{"active_thread_percentage":25.0,"pinned_mem_limit":"2048M"}'
 printf '%s\n' "$("$CLI" status --job "$job" --node n1 --state-dir "$STATE_DIR" --nvidia-smi "$FAKES/nvidia-smi")" >"$WORK/status.txt"

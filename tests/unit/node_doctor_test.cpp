@@ -495,5 +495,40 @@ TEST(NodePatternTest, ExpandsNodeAndHost) {
   EXPECT_EQ(expand_node_pattern("/run/100%.pid", "n1", "vm"), "/run/100%.pid");
 }
 
+// status --job reads the plugin's configuration the way the doctor does.
+TEST_F(NodeDoctorTest, NodePluginConfigIsWhatTheDoctorReads) {
+  NodePluginConfig n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
+  ASSERT_TRUE(n.config) << n.problem;
+  EXPECT_EQ(n.config->state_dir, "/run/unilab-mps");
+  EXPECT_EQ(n.config->tools.nvidia_smi, "/opt/nv/nvidia-smi");
+  EXPECT_EQ(n.config->tools.mps_control, "/opt/nv/nvidia-cuda-mps-control");
+  EXPECT_EQ(n.plugin_line, std::string(kPlugstackD) + ":1");
+  EXPECT_EQ(n.node, "gpu02");  // host2 is gpu02 in slurm.conf, as for the doctor
+  EXPECT_EQ(run().node, n.node);
+  EXPECT_EQ(node_plugin_config(probe, opt.slurm_conf, "gpu01", opt.default_plugin_dir).node, "gpu01");
+}
+
+TEST_F(NodeDoctorTest, NodePluginConfigSaysWhyThereIsNone) {
+  set_plugin_line("optional unilab_mps.so state_dir=relative\n");
+  NodePluginConfig n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
+  EXPECT_FALSE(n.config);
+  EXPECT_NE(n.problem.find(std::string(kPlugstackD) + ":1: plugin argument state_dir=relative"), std::string::npos) << n.problem;
+  set_plugin_line("# none\n");
+  n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
+  EXPECT_FALSE(n.config);
+  EXPECT_NE(n.problem.find("no `optional .../unilab_mps.so` line in /etc/slurm/plugstack.conf"), std::string::npos) << n.problem;
+  n = node_plugin_config(probe, "/etc/none/slurm.conf", std::nullopt, opt.default_plugin_dir);
+  EXPECT_FALSE(n.config);
+  EXPECT_FALSE(n.problem.empty());
+  EXPECT_EQ(n.node, "host2");  // nothing read: the host name, as the doctor assumes
+}
+
+TEST_F(NodeDoctorTest, NodePluginConfigLeavesASharedHostToTheCaller) {
+  probe.files[opt.slurm_conf] = "NodeName=n1 NodeHostname=host2\nNodeName=n2 NodeHostname=host2\n";
+  NodePluginConfig n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
+  EXPECT_EQ(n.node, "");
+  EXPECT_EQ(n.host_nodes, (std::vector<std::string>{"n1", "n2"}));
+}
+
 }  // namespace
 }  // namespace unilab::mps

@@ -456,20 +456,5 @@ TEST_F(RecordStoreTest, ConcurrentFirstUseNeverReportsAStaleMissingStore) {
 
 TEST(RecordFileName, AppendsJson) { EXPECT_EQ(record_file_name("gpu-1"), "gpu-1.json"); }
 
-TEST(DefaultUserRoot, FollowsXdgStateHomeThenHome) {
-  std::optional<std::string> old_xdg, old_home;
-  if (const char* v = getenv("XDG_STATE_HOME")) old_xdg = v;
-  if (const char* v = getenv("HOME")) old_home = v;
-  setenv("XDG_STATE_HOME", "/x/state", 1);
-  EXPECT_EQ(RecordStore::default_user_root(), "/x/state/unilab-mps");
-  setenv("XDG_STATE_HOME", "relative", 1);  // not absolute: ignored
-  setenv("HOME", "/home/u", 1);
-  EXPECT_EQ(RecordStore::default_user_root(), "/home/u/.local/state/unilab-mps");
-  unsetenv("XDG_STATE_HOME");
-  EXPECT_EQ(RecordStore::default_user_root(), "/home/u/.local/state/unilab-mps");
-  if (old_xdg) setenv("XDG_STATE_HOME", old_xdg->c_str(), 1);
-  if (old_home) setenv("HOME", old_home->c_str(), 1); else unsetenv("HOME");
-}
-
 }  // namespace
 }  // namespace unilab::mps
