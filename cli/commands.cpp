@@ -19,6 +19,7 @@
 #include "common/safefs.hpp"
 #include "common/status.hpp"
 #include "common/topology.hpp"
+#include "common/units.hpp"
 
 namespace unilab::mps::cli {
 namespace {
@@ -66,13 +67,13 @@ struct Context {
 };
 
 std::chrono::milliseconds seconds_option(const ParsedArgs& a, const std::string& key, double def) {
-  double v = def;
-  if (auto s = a.value(key)) {
-    char* end = nullptr;
-    v = std::strtod(s->c_str(), &end);
-    if (end == s->c_str() || *end != '\0' || !(v > 0) || v > 3600) throw UsageError(key + " needs seconds in (0, 3600]");
+  auto s = a.value(key);
+  if (!s) return std::chrono::milliseconds(static_cast<long>(def * 1000));
+  try {
+    return parse_seconds(*s);
+  } catch (const CudaMpsError&) {
+    throw UsageError(key + " needs seconds in (0, 3600]");
   }
-  return std::chrono::milliseconds(static_cast<long>(v * 1000));
 }
 
 void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
