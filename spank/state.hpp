@@ -13,6 +13,9 @@ struct PluginState {
   bool requested = false;
   std::string mode = "auto";
   MpsLimits limits;
+  // The job prolog's failure reason on this node, read while still root
+  // (task_init_privileged); empty when none was kept.
+  std::string prolog_failure;
 };
 
 PluginState& state();

@@ -731,7 +731,7 @@ cluster_part() {
   check_not "cluster-daemon-ignores-quit-and-term: the daemon is gone" proc_running "$dpid"
   case_end "slurmd: '$(slurmd_lines "$job" | grep -o 'daemon [^ ]* (pid [0-9]*): [a-z]*' | head -n1)'; $(leftovers "$job" "$STATE_DIR" "$RUN_DIR"); node $(node_state)"
 
-  case_begin cluster-prolog-fails-optional "optional plugin (the documented install), the daemon fails to start: Slurm runs the job anyway, so every task and the batch script fail before exec with a message naming the failed prolog; the slurmd log has the reason; node not drained; nothing left"
+  case_begin cluster-prolog-fails-optional "optional plugin (the documented install), the daemon fails to start: Slurm runs the job anyway, so every task and the batch script fail before exec with a message naming the failed prolog and its reason; the slurmd log has the reason; node not drained; nothing left"
   fake_conf mps_fail_start=1
   out=$(as_user $u srun --immediate=20 --unilab-mps --gres=gpu:1 -n1 echo TASK-RAN 2>&1)
   rc=$?
@@ -739,6 +739,8 @@ cluster_part() {
   check "cluster-prolog-fails-optional: srun fails" test "$rc" -ne 0
   expect_not_contains "cluster-prolog-fails-optional: the task never ran" "$out" "TASK-RAN"
   expect_contains "cluster-prolog-fails-optional: the user is pointed at the prolog" "$out" "prolog failed"
+  expect_contains "cluster-prolog-fails-optional: the task's message carries the prolog's reason" "$out" "the job prolog failed there: "
+  expect_contains "cluster-prolog-fails-optional: that reason is the tool's own" "$out" "mps_fail_start"
   expect_contains "cluster-prolog-fails-optional: slurmd log has the tool's reason" "$(slurmd_lines "$job")" "mps_fail_start"
   local srun_msg
   srun_msg=$(printf '%s\n' "$out" | grep -o 'no MPS daemon was started[^:]*' | head -n1)
