@@ -212,7 +212,8 @@ TEST(GresConfPath, ConfiguredThenNextToSlurmConfThenDefault) {
 TEST(PluginArgsFromConfig, OneOrMoreKeyValuesPerLineCommentsContinuationsQuotes) {
   const std::string text =
       "# unilab-mps helper arguments\n"
-      "state_dir=/var/lib/umps   run_dir=/run/umps  # two on a line\n"
+      "state_dir=/var/lib/umps   run_dir=/run/\\\n"
+      "umps  # two on a line, the second continued\n"
       "\n"
       "nvidia_smi = /opt/nv/nvidia-smi \\\n"
       "   start_timeout=2.5\n"
