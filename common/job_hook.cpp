@@ -32,34 +32,35 @@ void report_stopped(const EpilogOutcome& out, const JobContext& job, const HookL
   for (const auto& e : out.errors) log.error(fmt::format("job {} epilog failed: {}", job.job_id, e));
 }
 
-// The reason goes where the job's tasks can show it to the user; losing it
-// only costs the user the detail (the slurmd log has it), so it never
-// changes the prolog's result.
-void keep_reason(const PluginConfig& cfg, const JobContext& job, const std::string& reason, const HookLog& log) {
+// The reason goes where the job's tasks can show it to the user. It is a
+// convenience: the front end's log line already says why the prolog failed,
+// and a task without it points at that log. So neither keeping nor clearing
+// it may change the prolog's result or add a line to its one-line failure
+// (when the state dir itself is the problem, the prolog's error names it).
+void keep_reason(const PluginConfig& cfg, const JobContext& job, const std::string& reason) {
   try {
     keep_prolog_failure(cfg.state_dir, geteuid(), job.job_id, job.node, reason);
-  } catch (const std::exception& e) {
-    log.error(fmt::format("job {}: cannot keep the prolog's failure reason for the job's tasks: {}", job.job_id, e.what()));
+  } catch (const std::exception&) {
   }
 }
 
-void forget_reason(const PluginConfig& cfg, const JobContext& job, const HookLog& log) {
+void forget_reason(const PluginConfig& cfg, const JobContext& job, const HookLog* log) {
   try {
     clear_prolog_failure(cfg.state_dir, geteuid(), job.job_id, job.node);
   } catch (const std::exception& e) {
-    log.info(fmt::format("job {}: {}", job.job_id, e.what()));
+    if (log != nullptr) log->info(fmt::format("job {}: {}", job.job_id, e.what()));
   }
 }
 
 bool prolog_for(const PluginConfig& cfg, const JobContext& job, const JobRequest& req, const HookLog& log) {
-  forget_reason(cfg, job, log);  // a requeued job's earlier run
+  forget_reason(cfg, job, nullptr);  // a requeued job's earlier run
   try {
     SystemServices sys;
     report_started(run_job_prolog(sys.services, cfg, job, req), job, log);
     return true;
   } catch (const std::exception& e) {
     log.error(fmt::format("job {} prolog failed: {}", job.job_id, e.what()));
-    keep_reason(cfg, job, e.what(), log);
+    keep_reason(cfg, job, e.what());
     return false;
   }
 }
@@ -71,7 +72,7 @@ bool epilog_for(const PluginConfig& cfg, const JobContext& job, const Getenv& en
   for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) log.info(line);
   EpilogOutcome out = run_job_epilog(sys.services, cfg, job);
   report_stopped(out, job, log);
-  forget_reason(cfg, job, log);
+  forget_reason(cfg, job, &log);
   return out.ok();
 }
 
