@@ -56,6 +56,20 @@ std::optional<std::string> read_prolog_failure(const std::string& state_dir, uid
   return prolog_failure_line(line);
 }
 
+std::map<std::string, std::string> read_job_prolog_failures(const std::string& state_dir, uid_t owner, const std::string& job_id) {
+  std::map<std::string, std::string> out;
+  Fd dir = open_trusted_dir_if_exists(failure_dir(state_dir), owner, Leaf::kPrivate);
+  if (!dir) return out;
+  const std::string prefix = fmt::format("job{}.", job_id), suffix = ".prolog-failure";
+  for (const auto& file : list_dir(dir.get())) {
+    if (file.size() <= prefix.size() + suffix.size() || !file.starts_with(prefix) || !file.ends_with(suffix)) continue;
+    auto text = read_owned_file_at(dir.get(), file, owner, 4096);
+    if (!text) continue;
+    out[file.substr(prefix.size(), file.size() - prefix.size() - suffix.size())] = prolog_failure_line(text->substr(0, text->find('\n')));
+  }
+  return out;
+}
+
 void clear_prolog_failure(const std::string& state_dir, uid_t owner, const std::string& job_id, const std::string& node) {
   const std::string file = checked_file(job_id, node);
   Fd dir = open_trusted_dir_if_exists(failure_dir(state_dir), owner, Leaf::kPrivate);

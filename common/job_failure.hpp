@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,12 @@ void keep_prolog_failure(const std::string& state_dir, uid_t owner, const std::s
 // CudaMpsError and is never believed.
 std::optional<std::string> read_prolog_failure(const std::string& state_dir, uid_t owner, const std::string& job_id,
                                                const std::string& node);
+
+// Every reason kept for this job on this host, by node name (several
+// slurmd may share a host and its state dir). For the task side, which reads
+// while still root but before Slurm has put SLURMD_NODENAME in the task's
+// environment. Throws CudaMpsError like read_prolog_failure.
+std::map<std::string, std::string> read_job_prolog_failures(const std::string& state_dir, uid_t owner, const std::string& job_id);
 
 // Removes it; missing is fine. Throws CudaMpsError when it cannot.
 void clear_prolog_failure(const std::string& state_dir, uid_t owner, const std::string& job_id, const std::string& node);

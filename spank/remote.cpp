@@ -35,10 +35,10 @@ int remote_task_init_privileged(spank_t sp, int, char**) {
   uint32_t job_id = 0;
   if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) return 0;  // task_init reports it
   try {
-    // Root-only file: read here, before slurmstepd drops to the job user.
-    auto reason = read_prolog_failure(state().config.state_dir, 0, std::to_string(job_id),
-                                      task_getenv(sp, "SLURMD_NODENAME").value_or(""));
-    state().prolog_failure = reason.value_or("");
+    // Root-only files: read here, before slurmstepd drops to the job user.
+    // SLURMD_NODENAME is not in the task's environment yet: task_init picks
+    // this node's reason.
+    state().prolog_failures = read_job_prolog_failures(state().config.state_dir, 0, std::to_string(job_id));
   } catch (const std::exception& e) {
     slurm_verbose("unilab-mps: job %u: prolog failure reason not read: %s", job_id, e.what());
   }
@@ -73,8 +73,8 @@ int remote_task_init(spank_t sp, int, char**) {
     SystemDeviceAccess devices;
     SystemProcReader proc;
     std::vector<DaemonRecord> records = job_records(store, task.job_id, task.node, uid, nullptr, state().config.run_dir);
-    if (records.empty() && has_gpus && !state().prolog_failure.empty()) {
-      throw CudaMpsError(prolog_failure_message(task.job_id, task.node, state().prolog_failure));
+    if (auto why = state().prolog_failures.find(task.node); records.empty() && has_gpus && why != state().prolog_failures.end()) {
+      throw CudaMpsError(prolog_failure_message(task.job_id, task.node, why->second));
     }
     TaskEnvironment env = compute_task_environment(records, task, devices, proc, !batch_step);
     if (!env.daemon_name.empty() && env.containment) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "common/errors.hpp"
 #include "tests/unit/doubles.hpp"
 
@@ -30,6 +32,19 @@ TEST(PrologFailure, KeptReadAndClearedPerJobAndNode) {
   clear_prolog_failure(state, geteuid(), "7", "n1");
   EXPECT_FALSE(read_prolog_failure(state, geteuid(), "7", "n1"));
   clear_prolog_failure(state, geteuid(), "7", "n1");  // missing is fine
+}
+
+TEST(PrologFailure, AllOfAJobsReasonsOnThisHostByNode) {
+  TempDir tmp;
+  const std::string state = tmp / "state";
+  EXPECT_TRUE(read_job_prolog_failures(state, geteuid(), "7").empty());
+  keep_prolog_failure(state, geteuid(), "7", "n1", "one");
+  keep_prolog_failure(state, geteuid(), "7", "n1.x", "two");
+  keep_prolog_failure(state, geteuid(), "70", "n1", "another job");
+  EXPECT_EQ(read_job_prolog_failures(state, geteuid(), "7"),
+            (std::map<std::string, std::string>{{"n1", "one"}, {"n1.x", "two"}}));
+  ASSERT_EQ(chmod((state + "/prolog-failures/" + prolog_failure_file("7", "n1")).c_str(), 0666), 0);
+  EXPECT_THROW(read_job_prolog_failures(state, geteuid(), "7"), CudaMpsError);
 }
 
 TEST(PrologFailure, OnlyTheOwnerCanReadItAndTheRecordStoreKeepsItsMode) {
