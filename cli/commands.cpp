@@ -21,15 +21,26 @@
 #include "common/mps/status.hpp"
 #include "common/slurm/slurm_config.hpp"
 #include "common/mps/topology.hpp"
+#include "common/mps/daemon.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/safefs.hpp"
+#include "common/mps/status.hpp"
+#include "common/mps/topology.hpp"
+#include "common/mps/units.hpp"
 
 namespace unilab::mps::cli {
 namespace {
 
 // --timeout: checked by the table (seconds_value); absent: the default.
 std::chrono::milliseconds seconds_option(const ParsedArgs& a, const std::string& key, double def) {
-  double v = def;
-  if (auto s = a.value(key)) v = std::stod(*s);
-  return std::chrono::milliseconds(static_cast<long>(v * 1000));
+  auto s = a.value(key);
+  if (!s) return std::chrono::milliseconds(static_cast<long>(def * 1000));
+  try {
+    return parse_seconds(*s);
+  } catch (const CudaMpsError&) {
+    throw UsageError(key + " needs seconds in (0, 3600]");
+  }
 }
 
 void print_json(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }

@@ -25,6 +25,11 @@ __attribute__((visibility("default"))) int slurm_spank_slurmd_init(spank_t, int 
   return unilab::mps::spank::slurmd_init(argc, argv);
 }
 
+__attribute__((visibility("default"))) int slurm_spank_task_init_privileged(spank_t sp, int argc, char** argv) {
+  if (spank_context() != S_CTX_REMOTE) return 0;
+  return unilab::mps::spank::remote_task_init_privileged(sp, argc, argv);
+}
+
 __attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int argc, char** argv) {
   if (spank_context() != S_CTX_REMOTE) return 0;
   return unilab::mps::spank::remote_task_init(sp, argc, argv);

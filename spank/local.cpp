@@ -1,6 +1,5 @@
 // Option registration and submit-time validation (srun/sbatch/salloc), also
 // run in slurmstepd (remote) where the callbacks record what the job asked.
-#include <cstring>
 #include <exception>
 #include <string>
 
@@ -40,8 +39,8 @@ int on_mode(int, const char* optarg, int) {
 
 int on_threads(int, const char* optarg, int) {
   try {
-    if (optarg != nullptr && std::strcmp(optarg, "(null)") != 0) {
-      state().limits.active_thread_percentage = parse_thread_percentage(optarg, state().config.max_threads);
+    if (auto v = spank_option_value(optarg)) {
+      state().limits.active_thread_percentage = parse_thread_percentage(*v, state().config.max_threads);
     }
     return 0;
   } catch (const std::exception& e) {
@@ -52,8 +51,8 @@ int on_threads(int, const char* optarg, int) {
 
 int on_mem(int, const char* optarg, int) {
   try {
-    if (optarg != nullptr && std::strcmp(optarg, "(null)") != 0) {
-      state().limits.pinned_mem_limit = parse_mem_limit(optarg, state().config.max_mem_bytes);
+    if (auto v = spank_option_value(optarg)) {
+      state().limits.pinned_mem_limit = parse_mem_limit(*v, state().config.max_mem_bytes);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -18,6 +18,10 @@ std::vector<std::string> plugin_args(int argc, char** argv);
 // --unilab-mps[=MODE], --unilab-mps-threads, --unilab-mps-mem.
 int register_options(spank_t sp, int argc, char** argv);
 
+// remote, per task, still root: read the job prolog's failure reason, if any
+// (root-only file), for task_init to name.
+int remote_task_init_privileged(spank_t sp, int argc, char** argv);
+
 // remote, per task, as the job user: rewrite the task's GPU environment.
 int remote_task_init(spank_t sp, int argc, char** argv);
 

@@ -12,6 +12,11 @@
 #include "common/mps/errors.hpp"
 #include "common/slurm/gres.hpp"
 #include "common/slurm/job.hpp"
+#include "common/slurm/containment.hpp"
+#include "common/mps/errors.hpp"
+#include "common/slurm/gres.hpp"
+#include "common/slurm/job.hpp"
+#include "common/slurm/job_failure.hpp"
 extern "C" {
 #include <slurm/slurm.h>
 }
@@ -28,6 +33,21 @@ std::optional<std::string> task_getenv(spank_t sp, const char* key) {
 }
 
 }  // namespace
+
+int remote_task_init_privileged(spank_t sp, int, char**) {
+  if (!state().requested) return 0;  // jobs without the option: untouched
+  uint32_t job_id = 0;
+  if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) return 0;  // task_init reports it
+  try {
+    // Root-only files: read here, before slurmstepd drops to the job user.
+    // SLURMD_NODENAME is not in the task's environment yet: task_init picks
+    // this node's reason.
+    state().prolog_failures = read_job_prolog_failures(state().config.state_dir, 0, std::to_string(job_id));
+  } catch (const std::exception& e) {
+    slurm_verbose("unilab-mps: job %u: prolog failure reason not read: %s", job_id, e.what());
+  }
+  return 0;  // only ever a detail for task_init's message
+}
 
 int remote_task_init(spank_t sp, int, char**) {
   if (!state().requested) return 0;  // jobs without the option: untouched
@@ -56,9 +76,11 @@ int remote_task_init(spank_t sp, int, char**) {
     RecordStore store = slurm_record_store(state().config);
     SystemDeviceAccess devices;
     SystemProcReader proc;
-    TaskEnvironment env =
-        compute_task_environment(job_records(store, task.job_id, task.node, uid, nullptr, state().config.run_dir), task,
-                                 devices, proc, !batch_step);
+    std::vector<DaemonRecord> records = job_records(store, task.job_id, task.node, uid, nullptr, state().config.run_dir);
+    if (auto why = state().prolog_failures.find(task.node); records.empty() && has_gpus && why != state().prolog_failures.end()) {
+      throw CudaMpsError(prolog_failure_message(task.job_id, task.node, why->second));
+    }
+    TaskEnvironment env = compute_task_environment(records, task, devices, proc, !batch_step);
     if (!env.daemon_name.empty() && env.containment) {
       // The prolog's mover puts the daemon into the job's cgroup once Slurm
       // creates it: no client (and so no MPS server) before that.

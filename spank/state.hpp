@@ -1,6 +1,7 @@
 // What the option callbacks learned in this process (srun or slurmstepd).
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "common/mps/record.hpp"
@@ -13,6 +14,9 @@ struct PluginState {
   bool requested = false;
   std::string mode = "auto";
   MpsLimits limits;
+  // The job prolog's failure reasons by node, read while still root
+  // (task_init_privileged); empty when none was kept.
+  std::map<std::string, std::string> prolog_failures;
 };
 
 PluginState& state();

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
+#include "common/slurm/config_text.hpp"
+#include "common/mps/errors.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -86,60 +88,42 @@ std::vector<std::string> expand_hostlist(std::string_view expr) {
   return out;
 }
 
+namespace {
+
+// One gres.conf line applied to `conf` when it concerns `node`.
+void apply_gres_line(const ConfigLine& line, const std::string& node, GresConf& conf) {
+  std::optional<std::string> node_names, name, file, autodetect;
+  for (const auto& word : line.words) {
+    auto kv = split_key_value(word);
+    if (!kv) throw CudaMpsError(fmt::format("gres.conf line {}: '{}' is not key=value", line.line, word));
+    std::string key = kv->first;
+    std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (key == "nodename") node_names = kv->second;
+    else if (key == "name") name = kv->second;
+    else if (key == "file") file = kv->second;
+    else if (key == "autodetect") autodetect = kv->second;
+  }
+  if (node_names) {
+    auto nodes = expand_hostlist(*node_names);
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) return;
+  }
+  if (autodetect) conf.autodetect = *autodetect != "off";
+  if (name && *name == "gpu" && file) {
+    for (auto& f : expand_hostlist(*file)) conf.gpu_files.push_back(f);
+  }
+}
+
+}  // namespace
+
 GresConf parse_gres_conf(std::string_view text, const std::string& node) {
   GresConf conf;
-  size_t pos = 0;
-  int line_no = 0;
-  std::string pending;
-  while (pos <= text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view raw = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (auto hash = raw.find('#'); hash != std::string_view::npos) raw = raw.substr(0, hash);
-    raw = trim(raw);
-    if (!raw.empty() && raw.back() == '\\') {  // continuation
-      pending += std::string(raw.substr(0, raw.size() - 1)) + " ";
-      if (end < text.size()) continue;
-      raw = {};  // a continuation on the last line ends the entry
+  for (const auto& line : tokenize_config(text, "gres.conf", ConfigSyntax::kSlurm)) {
+    if (line.include) {
+      throw CudaMpsError(fmt::format("gres.conf line {}: Include is not supported here; put the node's GPU lines in "
+                                     "gres.conf itself",
+                                     line.line));
     }
-    std::string line = pending + std::string(raw);
-    pending.clear();
-    if (trim(line).empty()) {
-      if (end == text.size()) break;
-      continue;
-    }
-    std::optional<std::string> node_names, name, file, autodetect;
-    size_t p = 0;
-    while (p < line.size()) {
-      while (p < line.size() && std::isspace(static_cast<unsigned char>(line[p]))) ++p;
-      if (p >= line.size()) break;
-      size_t q = line.find_first_of(" \t", p);
-      if (q == std::string::npos) q = line.size();
-      std::string tok = line.substr(p, q - p);
-      p = q;
-      auto eq = tok.find('=');
-      if (eq == std::string::npos) throw CudaMpsError(fmt::format("gres.conf line {}: '{}' is not key=value", line_no, tok));
-      std::string key = tok.substr(0, eq), value = tok.substr(eq + 1);
-      std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      if (key == "nodename") node_names = value;
-      else if (key == "name") name = value;
-      else if (key == "file") file = value;
-      else if (key == "autodetect") autodetect = value;
-    }
-    if (node_names) {
-      auto nodes = expand_hostlist(*node_names);
-      if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) {
-        if (end == text.size()) break;
-        continue;
-      }
-    }
-    if (autodetect) conf.autodetect = *autodetect != "off";
-    if (name && *name == "gpu" && file) {
-      for (auto& f : expand_hostlist(*file)) conf.gpu_files.push_back(f);
-    }
-    if (end == text.size()) break;
+    apply_gres_line(line, node, conf);
   }
   return conf;
 }

@@ -247,12 +247,14 @@ std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginCo
   if (!mode) return std::nullopt;
   JobRequest req;
   req.mode = parse_mode(mode->c_str());
-  if (auto t = env(spank_option_env_name("unilab-mps-threads").c_str()); t && *t != "(null)") {
+  auto raw_threads = env(spank_option_env_name("unilab-mps-threads").c_str());
+  if (auto t = spank_option_value(raw_threads ? raw_threads->c_str() : nullptr)) {
     req.limits.active_thread_percentage = parse_thread_percentage(*t, cfg.max_threads);
   } else if (cfg.default_threads) {
     req.limits.active_thread_percentage = cfg.default_threads;
   }
-  if (auto m = env(spank_option_env_name("unilab-mps-mem").c_str()); m && *m != "(null)") {
+  auto raw_mem = env(spank_option_env_name("unilab-mps-mem").c_str());
+  if (auto m = spank_option_value(raw_mem ? raw_mem->c_str() : nullptr)) {
     req.limits.pinned_mem_limit = parse_mem_limit(*m, cfg.max_mem_bytes);
   }
   return req;

@@ -26,6 +26,7 @@
 #include "common/mps/mps_control.hpp"
 #include "common/mps/proc.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/slurm/config_text.hpp"
 #include "common/slurm/slurm_config.hpp"
 
 namespace unilab::mps {
@@ -50,132 +51,63 @@ std::string base_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-std::string relative_to(const std::string& file, const std::string& path) {
-  return !path.empty() && path[0] == '/' ? path : dir_of(file) + "/" + path;
+ConfigSource probe_source(NodeProbe& probe, ConfigSyntax syntax) {
+  ConfigSource src;
+  src.read = [&probe](const std::string& path) { return probe.read_file(path); };
+  if (syntax == ConfigSyntax::kPlugstack) src.expand = [&probe](const std::string& pattern) { return probe.glob(pattern); };
+  src.syntax = syntax;
+  src.max_depth = kMaxIncludeDepth;
+  return src;
 }
 
-std::vector<std::string> split_ws(const std::string& line) {
-  std::vector<std::string> out;
-  std::istringstream in(line);
-  std::string tok;
-  while (in >> tok) out.push_back(tok);
-  return out;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::string line;
-  std::istringstream in(text);
-  while (std::getline(in, line)) out.push_back(line);
-  return out;
-}
-
-std::string strip_comment(std::string line) {
-  if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-  return line;
-}
-
-std::string unquote(std::string v) {
-  if (v.size() >= 2 && v.front() == '"' && v.back() == '"') return v.substr(1, v.size() - 2);
-  return v;
-}
-
-void read_slurm_conf_file(NodeProbe& probe, const std::string& path, SlurmConf& conf, int depth) {
-  auto text = probe.read_file(path);
-  if (!text) {
-    if (depth == 0) throw CudaMpsError(fmt::format("cannot read {}; set SLURM_CONF or --slurm-conf", path));
-    conf.problems.push_back(fmt::format("{}: cannot read this included file", path));
-    return;
+void add_slurm_conf_line(const ConfigLine& line, SlurmConf& conf) {
+  std::map<std::string, std::string> kv;
+  for (const auto& w : line.words) {
+    if (auto pair = split_key_value(w)) kv[lower(pair->first)] = pair->second;
   }
-  conf.files.push_back(path);
-  for (const auto& raw : lines_of(*text)) {
-    auto toks = split_ws(strip_comment(raw));
-    if (toks.empty()) continue;
-    if (lower(toks[0]) == "include") {
-      if (toks.size() < 2 || depth >= kMaxIncludeDepth) {
-        conf.problems.push_back(fmt::format("{}: bad or too deeply nested Include line", path));
-        continue;
-      }
-      read_slurm_conf_file(probe, relative_to(path, unquote(toks[1])), conf, depth + 1);
-      continue;
-    }
-    std::map<std::string, std::string> kv;
-    for (const auto& t : toks) {
-      auto eq = t.find('=');
-      if (eq == std::string::npos) continue;
-      kv[lower(t.substr(0, eq))] = unquote(t.substr(eq + 1));
-    }
-    if (kv.empty()) continue;
-    const std::string first = lower(toks[0].substr(0, toks[0].find('=')));
-    if (first == "nodename") {
-      conf.nodes.push_back(std::move(kv));
-    } else if (first == "partitionname" || first == "nodeset" || first == "downnodes" || first == "frontendname" ||
-               first == "switchname") {
-      continue;
-    } else {
-      for (auto& [k, v] : kv) conf.values[k] = v;
-    }
+  if (kv.empty()) return;
+  const std::string first = lower(line.words[0].substr(0, line.words[0].find('=')));
+  if (first == "nodename") {
+    conf.nodes.push_back(std::move(kv));
+  } else if (first != "partitionname" && first != "nodeset" && first != "downnodes" && first != "frontendname" &&
+             first != "switchname") {
+    for (auto& [k, v] : kv) conf.values[k] = v;
   }
 }
 
-void read_plugstack_file(NodeProbe& probe, const std::string& path, const std::vector<std::string>& plugin_dirs, Plugstack& out,
-                         int depth) {
-  auto text = probe.read_file(path);
-  if (!text) {
-    if (probe.stat(path).exists) out.problems.push_back(fmt::format("{}: exists but cannot be read", path));
-    return;  // Slurm: a missing plugstack.conf is an empty one
+std::optional<PlugstackEntry> plugstack_entry(NodeProbe& probe, const ConfigLine& line, const std::vector<std::string>& plugin_dirs,
+                                              std::vector<std::string>& problems) {
+  const std::string& kind = line.words[0];
+  if (kind == "include") {
+    problems.push_back(fmt::format("{}: include without a pattern", line.where()));
+    return std::nullopt;
   }
-  out.files.push_back(path);
-  int line_no = 0;
-  for (const auto& raw : lines_of(*text)) {
-    ++line_no;
-    auto toks = split_ws(strip_comment(raw));
-    if (toks.empty()) continue;
-    const std::string& kind = toks[0];
-    if (kind == "include") {
-      if (toks.size() < 2) {
-        out.problems.push_back(fmt::format("{}:{}: include without a pattern", path, line_no));
-        continue;
-      }
-      if (depth >= kMaxIncludeDepth) {
-        out.problems.push_back(fmt::format("{}:{}: includes nested deeper than {}; not followed", path, line_no, kMaxIncludeDepth));
-        continue;
-      }
-      const std::string pattern = relative_to(path, toks[1]);
-      auto matches = probe.glob(pattern);
-      out.includes.push_back(fmt::format("{}:{}: include {} ({} file{})", path, line_no, pattern, matches.size(),
-                                         matches.size() == 1 ? "" : "s"));
-      for (const auto& f : matches) read_plugstack_file(probe, f, plugin_dirs, out, depth + 1);
-      continue;
-    }
-    if (kind != "required" && kind != "optional") {
-      out.problems.push_back(fmt::format("{}:{}: '{}' is not required, optional or include: Slurm ignores this line", path,
-                                         line_no, kind));
-      continue;
-    }
-    if (toks.size() < 2) {
-      out.problems.push_back(fmt::format("{}:{}: no plugin path: Slurm ignores this line", path, line_no));
-      continue;
-    }
-    PlugstackEntry e;
-    e.file = path;
-    e.line = line_no;
-    e.kind = kind;
-    e.path = toks[1];
-    e.args.assign(toks.begin() + 2, toks.end());
-    if (e.path[0] == '/') {
-      e.resolved = e.path;
-    } else {
-      for (const auto& d : plugin_dirs) {
-        std::string candidate = (d.ends_with("/") ? d : d + "/") + e.path;
-        if (probe.stat(candidate).is_regular) {
-          e.resolved = candidate;
-          break;
-        }
-      }
-    }
-    out.entries.push_back(std::move(e));
+  if (kind != "required" && kind != "optional") {
+    problems.push_back(fmt::format("{}: '{}' is not required, optional or include: Slurm ignores this line", line.where(), kind));
+    return std::nullopt;
   }
+  if (line.words.size() < 2) {
+    problems.push_back(fmt::format("{}: no plugin path: Slurm ignores this line", line.where()));
+    return std::nullopt;
+  }
+  PlugstackEntry e;
+  e.file = line.file;
+  e.line = line.line;
+  e.kind = kind;
+  e.path = line.words[1];
+  e.args.assign(line.words.begin() + 2, line.words.end());
+  if (e.path[0] == '/') {
+    e.resolved = e.path;
+  } else {
+    for (const auto& d : plugin_dirs) {
+      std::string candidate = (d.ends_with("/") ? d : d + "/") + e.path;
+      if (probe.stat(candidate).is_regular) {
+        e.resolved = candidate;
+        break;
+      }
+    }
+  }
+  return e;
 }
 
 std::vector<std::string> split_colon(const std::string& s) {
@@ -324,14 +256,34 @@ std::optional<std::string> SlurmConf::get(const std::string& lowercase_key) cons
 SlurmConf read_slurm_conf(NodeProbe& probe, const std::string& path) {
   SlurmConf conf;
   conf.path = path;
-  read_slurm_conf_file(probe, path, conf, 0);
+  ConfigTree tree;
+  try {
+    tree = read_config_tree(path, probe_source(probe, ConfigSyntax::kSlurm));
+  } catch (const CudaMpsError& e) {
+    if (!probe.read_file(path)) throw CudaMpsError(fmt::format("cannot read {}; set SLURM_CONF or --slurm-conf", path));
+    throw;
+  }
+  conf.files = std::move(tree.files);
+  conf.problems = std::move(tree.problems);
+  for (const auto& line : tree.lines) add_slurm_conf_line(line, conf);
   return conf;
 }
 
 Plugstack read_plugstack(NodeProbe& probe, const std::string& path, const std::vector<std::string>& plugin_dirs) {
   Plugstack out;
   out.path = path;
-  read_plugstack_file(probe, path, plugin_dirs, out, 0);
+  if (!probe.read_file(path)) {
+    if (probe.stat(path).exists) out.problems.push_back(fmt::format("{}: exists but cannot be read", path));
+    return out;  // Slurm: a missing plugstack.conf is an empty one
+  }
+  ConfigSource src = probe_source(probe, ConfigSyntax::kPlugstack);
+  src.on_line = [&](const ConfigLine& line, std::vector<std::string>& problems) {
+    if (auto e = plugstack_entry(probe, line, plugin_dirs, problems)) out.entries.push_back(std::move(*e));
+  };
+  ConfigTree tree = read_config_tree(path, src);
+  out.files = std::move(tree.files);
+  out.includes = std::move(tree.includes);
+  out.problems = std::move(tree.problems);
   return out;
 }
 
@@ -470,8 +422,8 @@ void gather_job_container(NodeProbe& probe, NodeFacts& f) {
   f.job_container_conf_path = dir_of(f.options.slurm_conf) + "/job_container.conf";
   auto text = probe.read_file(f.job_container_conf_path);
   if (!text) return;
-  for (const auto& raw : lines_of(*text)) {
-    for (const auto& tok : split_ws(strip_comment(raw))) {
+  for (const auto& line : tokenize_config(*text, f.job_container_conf_path, ConfigSyntax::kSlurm)) {
+    for (const auto& tok : line.words) {
       if (lower(tok).starts_with("dirs=")) f.job_container_dirs = tok.substr(5);
     }
   }

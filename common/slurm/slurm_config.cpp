@@ -2,7 +2,7 @@
 
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -10,9 +10,10 @@
 #include "common/mps/mps_control.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
+#include "common/mps/nvidia_checks.hpp"
+#include "common/slurm/config_text.hpp"
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
-#include "common/mps/nvidia_checks.hpp"
 #include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
@@ -26,12 +27,11 @@ std::string absolute_path(const std::string& key, const std::string& value) {
 }
 
 std::chrono::milliseconds seconds(const std::string& key, const std::string& value) {
-  char* end = nullptr;
-  double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || end == value.c_str() || *end != '\0' || !(v > 0) || v > 3600) {
+  try {
+    return parse_seconds(value);
+  } catch (const CudaMpsError&) {
     throw CudaMpsError(fmt::format("plugin argument {}={}: needs seconds in (0, 3600]", key, value));
   }
-  return std::chrono::milliseconds(static_cast<long>(std::llround(v * 1000)));
 }
 
 }  // namespace
@@ -104,10 +104,28 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
   return cfg;
 }
 
+std::vector<std::string> plugin_args_from_config(std::string_view text, const std::string& file) {
+  std::vector<std::string> out;
+  for (const auto& line : tokenize_config(text, file, ConfigSyntax::kSlurm)) {
+    if (line.include) throw CudaMpsError(fmt::format("{}: Include is not supported here; list the arguments in this file", line.where()));
+    for (const auto& word : line.words) {
+      if (!split_key_value(word)) throw CudaMpsError(fmt::format("{}: '{}' is not key=value", line.where(), word));
+      out.push_back(word);
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> spank_option_value(const char* value) {
+  if (value == nullptr || std::string_view(value) == "(null)") return std::nullopt;
+  return std::string(value);
+}
+
 std::string parse_mode(const char* value) {
-  if (value == nullptr) return "auto";
-  std::string v = value;
-  if (v.empty() || v == "(null)" || v == "auto") return "auto";
+  auto given = spank_option_value(value);
+  if (!given) return "auto";
+  const std::string& v = *given;
+  if (v.empty() || v == "auto") return "auto";
   if (v == "multi") return "multi";
   std::string shown = v.size() > 40 ? v.substr(0, 40) + "..." : v;
   for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
@@ -130,27 +148,6 @@ double parse_thread_percentage(const std::string& value, const std::optional<dou
                                    *site_max));
   }
   return v;
-}
-
-unsigned long long parse_size_bytes(const std::string& value) {
-  size_t i = 0;
-  while (i < value.size() && std::isdigit(static_cast<unsigned char>(value[i]))) ++i;
-  std::string digits = value.substr(0, i), unit = value.substr(i);
-  unsigned long long mult = 1;
-  if (unit == "" ) mult = 1;
-  else if (unit == "K" || unit == "k") mult = 1ULL << 10;
-  else if (unit == "M" || unit == "m") mult = 1ULL << 20;
-  else if (unit == "G" || unit == "g") mult = 1ULL << 30;
-  else if (unit == "T" || unit == "t") mult = 1ULL << 40;
-  else digits.clear();
-  if (digits.empty() || digits.size() > 15) {
-    throw CudaMpsError(fmt::format("invalid memory size '{}': give an integer with an optional K, M, G or T suffix (e.g. 8G)",
-                                   value.substr(0, 40)));
-  }
-  unsigned long long n = std::stoull(digits);
-  if (n > ~0ULL / mult) throw CudaMpsError(fmt::format("invalid memory size '{}': too large", value.substr(0, 40)));
-  if (n == 0) throw CudaMpsError("invalid memory size 0: give a positive size such as 8G");
-  return n * mult;
 }
 
 std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max) {

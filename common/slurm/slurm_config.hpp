@@ -6,9 +6,12 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/mps/daemon.hpp"
+#include "common/mps/daemon.hpp"
+#include "common/mps/units.hpp"  // parse_size_bytes, parse_seconds
 
 namespace unilab::mps {
 
@@ -29,9 +32,19 @@ struct PluginConfig {
 // Parses plugin arguments; throws CudaMpsError naming the bad argument.
 PluginConfig parse_plugin_args(const std::vector<std::string>& args);
 
-// The --unilab-mps value: "auto" (default) or "multi". Slurm hands a flag
-// without a value to the plugin as nullptr or, re-imported in a batch step's
-// srun, as the string "(null)": both mean "auto".
+// The plugin arguments a config file holds (the prolog/epilog helpers'
+// --config): Slurm's config syntax (config_text.hpp), any number of
+// key=value words per line. Include lines and bare words are refused.
+// Throws CudaMpsError naming `file`:line.
+std::vector<std::string> plugin_args_from_config(std::string_view text, const std::string& file);
+
+// A SPANK option's value as Slurm hands it over: a flag given without a
+// value arrives as nullptr or, re-imported in a batch step's srun (and in the
+// prolog/epilog environment), as the string "(null)". Both are "no value":
+// nullopt. The one place that knows this quirk.
+std::optional<std::string> spank_option_value(const char* value);
+
+// The --unilab-mps value: "auto" (default, also for no value) or "multi".
 std::string parse_mode(const char* value);
 
 // --unilab-mps-threads: a percentage in (0, 100], within the site maximum.
@@ -40,7 +53,6 @@ double parse_thread_percentage(const std::string& value, const std::optional<dou
 // --unilab-mps-mem: a size like 4096M, 8G (MPS syntax: integer + K/M/G, or
 // bytes), within the site maximum. Returns the normalized MPS spelling.
 std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max);
-unsigned long long parse_size_bytes(const std::string& value);
 
 // The gres.conf path: the configured one, else next to SLURM_CONF, else next
 // to the slurm.conf locate_slurm_conf finds (the configless cache included).

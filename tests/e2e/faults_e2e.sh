@@ -260,12 +260,12 @@ EOF
   dpid=$(daemon_pid_of 110)
   epilog 110
   expect_eq "epilog-daemon-ignores-quit: epilog exits 0" 0 "$EPI_RC"
-  expect_contains "epilog-daemon-ignores-quit: outcome terminated" "$EPI_OUT" "gpu0: terminated"
+  expect_contains "epilog-daemon-ignores-quit: outcome terminated" "$EPI_OUT" "gpu0 (pid $dpid): terminated"
   expect_contains "epilog-daemon-ignores-quit: quit was ignored" "$EPI_OUT" "ignored quit"
   check "epilog-daemon-ignores-quit: done within stop_timeout" test "$EPI_MS" -le 3500
   check_not "epilog-daemon-ignores-quit: the daemon is gone" proc_running "$dpid"
   expect_nothing_left epilog-daemon-ignores-quit 110
-  case_end "epilog rc=$EPI_RC in ${EPI_MS} ms: $(printf '%s' "$EPI_OUT" | grep -o 'gpu0: [a-z]*' | head -n1), $(printf '%s' "$EPI_OUT" | grep -o 'ignored quit' | head -n1); $(leftovers 110)"
+  case_end "epilog rc=$EPI_RC in ${EPI_MS} ms: $(printf '%s' "$EPI_OUT" | grep -o 'gpu0 (pid [0-9]*): [a-z]*' | sed 's/ (pid [0-9]*)//' | head -n1), $(printf '%s' "$EPI_OUT" | grep -o 'ignored quit' | head -n1); $(leftovers 110)"
 
   case_begin epilog-daemon-ignores-quit-and-term "daemon ignores quit and SIGTERM: verified SIGKILL; done within stop_timeout + 1 s; outcome killed; nothing left"
   fake_conf mps_ignore_quit=1 mps_ignore_term=1
@@ -274,11 +274,11 @@ EOF
   dpid=$(daemon_pid_of 111)
   epilog 111
   expect_eq "epilog-daemon-ignores-quit-and-term: epilog exits 0" 0 "$EPI_RC"
-  expect_contains "epilog-daemon-ignores-quit-and-term: outcome killed" "$EPI_OUT" "gpu0: killed"
+  expect_contains "epilog-daemon-ignores-quit-and-term: outcome killed" "$EPI_OUT" "gpu0 (pid $dpid): killed"
   check "epilog-daemon-ignores-quit-and-term: done within stop_timeout + 1 s" test "$EPI_MS" -le 4500
   check_not "epilog-daemon-ignores-quit-and-term: the daemon is gone" proc_running "$dpid"
   expect_nothing_left epilog-daemon-ignores-quit-and-term 111
-  case_end "epilog rc=$EPI_RC in ${EPI_MS} ms: $(printf '%s' "$EPI_OUT" | grep -o 'gpu0: [a-z]*' | head -n1); $(leftovers 111)"
+  case_end "epilog rc=$EPI_RC in ${EPI_MS} ms: $(printf '%s' "$EPI_OUT" | grep -o 'gpu0 (pid [0-9]*): [a-z]*' | sed 's/ (pid [0-9]*)//' | head -n1); $(leftovers 111)"
 
   # --- records the epilog must not trust: it reports them, never signals
   # what they name, still stops the job's daemon (pid file + /proc proof)
@@ -380,7 +380,7 @@ EOF
   check_not "record-pid-points-elsewhere: the real daemon is stopped" proc_running "$dpid"
   expect_contains "record-pid-points-elsewhere: reported" "$EPI_OUT" "recorded pid $victim is not it, but pid $dpid serves its pipe directory"
   expect_nothing_left record-pid-points-elsewhere 127
-  case_end "epilog rc=$EPI_RC: $(printf '%s' "$EPI_OUT" | grep -o 'recorded pid [0-9]* is not it[^:]*' | head -n1); named process $(proc_running "$victim" && echo alive || echo KILLED); daemon $(proc_running "$dpid" && echo alive || echo stopped) ($(printf '%s' "$EPI_OUT" | grep -o 'gpu0: [a-z]*' | head -n1)); $(leftovers 127)"
+  case_end "epilog rc=$EPI_RC: $(printf '%s' "$EPI_OUT" | grep -o 'recorded pid [0-9]* is not it[^:]*' | head -n1); named process $(proc_running "$victim" && echo alive || echo KILLED); daemon $(proc_running "$dpid" && echo alive || echo stopped) ($(printf '%s' "$EPI_OUT" | grep -o 'gpu0 (pid [0-9]*): [a-z]*' | sed 's/ (pid [0-9]*)//' | head -n1)); $(leftovers 127)"
   kill "$victim" 2>/dev/null
 
   case_begin epilog-twice "epilog run twice: the second run does nothing (rc 0, no output, no tool run)"
@@ -436,7 +436,7 @@ EOF
   check "crash-before-final-record: the orphan daemon runs" proc_running "$dpid"
   epilog 140
   expect_eq "crash-before-final-record: epilog exits 0" 0 "$EPI_RC"
-  expect_contains "crash-before-final-record: stopped through its own pipe" "$EPI_OUT" "gpu0: quit"
+  expect_contains "crash-before-final-record: stopped through its own pipe" "$EPI_OUT" "gpu0 (pid $dpid): quit"
   check_not "crash-before-final-record: the orphan is gone" proc_running "$dpid"
   expect_nothing_left crash-before-final-record 140
   case_end "epilog rc=$EPI_RC: '$EPI_OUT'; orphan $(proc_running "$dpid" && echo alive || echo stopped); $(leftovers 140)"
@@ -731,7 +731,7 @@ cluster_part() {
   check_not "cluster-daemon-ignores-quit-and-term: the daemon is gone" proc_running "$dpid"
   case_end "slurmd: '$(slurmd_lines "$job" | grep -o 'daemon [^ ]* (pid [0-9]*): [a-z]*' | head -n1)'; $(leftovers "$job" "$STATE_DIR" "$RUN_DIR"); node $(node_state)"
 
-  case_begin cluster-prolog-fails-optional "optional plugin (the documented install), the daemon fails to start: Slurm runs the job anyway, so every task and the batch script fail before exec with a message naming the failed prolog; the slurmd log has the reason; node not drained; nothing left"
+  case_begin cluster-prolog-fails-optional "optional plugin (the documented install), the daemon fails to start: Slurm runs the job anyway, so every task and the batch script fail before exec with a message naming the failed prolog and its reason; the slurmd log has the reason; node not drained; nothing left"
   fake_conf mps_fail_start=1
   out=$(as_user $u srun --immediate=20 --unilab-mps --gres=gpu:1 -n1 echo TASK-RAN 2>&1)
   rc=$?
@@ -739,6 +739,8 @@ cluster_part() {
   check "cluster-prolog-fails-optional: srun fails" test "$rc" -ne 0
   expect_not_contains "cluster-prolog-fails-optional: the task never ran" "$out" "TASK-RAN"
   expect_contains "cluster-prolog-fails-optional: the user is pointed at the prolog" "$out" "prolog failed"
+  expect_contains "cluster-prolog-fails-optional: the task's message carries the prolog's reason" "$out" "the job prolog failed there: "
+  expect_contains "cluster-prolog-fails-optional: that reason is the tool's own" "$out" "mps_fail_start"
   expect_contains "cluster-prolog-fails-optional: slurmd log has the tool's reason" "$(slurmd_lines "$job")" "mps_fail_start"
   local srun_msg
   srun_msg=$(printf '%s\n' "$out" | grep -o 'no MPS daemon was started[^:]*' | head -n1)

@@ -9,7 +9,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-MIN_CHECKS=14
+MIN_CHECKS=30
 if [ "$(id -u)" -ne 0 ]; then
   skip "helpers" "needs root (mknod GPU device files, a root-owned state dir)"
   echo "0 passed, 0 failed, $SKIP skipped"
@@ -40,6 +40,12 @@ helper() { # helper prolog|epilog JOB UID GID [VAR=value...]: sets OUT and RC
   RC=$?
 }
 records_of() { ls -A "$work/state" 2>/dev/null | grep -c "^job$1\."; }
+plain() { # plain prolog|epilog JOB UID GID [ARG...]: a job that did not ask for MPS; sets OUT and RC
+  OUT=$(env -i SLURM_JOB_ID="$2" SLURM_JOB_UID="$3" SLURM_JOB_GID="$4" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
+    SLURM_CONF="$work/etc/slurm.conf" "$BIN/unilab-mps-$1" "${@:5}" 2>&1)
+  RC=$?
+}
+reason_of() { echo "$work/state/prolog-failures/job$1.n1.prolog-failure"; }
 
 echo "== success: prolog then epilog"
 helper prolog 11 "$U1" "$G1"
@@ -49,7 +55,7 @@ dpid=$(mps_daemons_under "$work/run/job11." | head -n1)
 check "the job's daemon runs" proc_running "${dpid:-0}"
 helper epilog 11 "$U1" "$G1"
 expect_eq "epilog that stopped the job's daemon exits 0" 0 "$RC"
-expect_contains "epilog says how the daemon ended" "$OUT" "daemon job11.n1.gpu0: quit"
+expect_contains "epilog says how the daemon ended" "$OUT" "daemon job11.n1.gpu0 (pid $dpid): quit"
 check_gone "the job's daemon is gone" "$dpid"
 expect_eq "no record of job 11 is left" 0 "$(records_of 11)"
 
@@ -59,11 +65,56 @@ helper prolog 12 "$U1" "$G1"
 rm -f "$FAKES/fake.conf"
 check "prolog whose daemon cannot start exits non-zero" test "$RC" -ne 0
 expect_contains "prolog failure is reported" "$OUT" "prolog failed"
+check "the failure reason is kept for the job's tasks" test -f "$(reason_of 12)"
+expect_eq "only root can read the kept reason" "600 root" "$(stat -c '%a %U' "$(reason_of 12)" 2>/dev/null)"
+expect_contains "the kept reason is the tool's own message" "$(cat "$(reason_of 12)" 2>/dev/null)" "mps_fail_start"
+expect_eq "the kept reason is one line" 1 "$(wc -l <"$(reason_of 12)" 2>/dev/null)"
 ARGS_SAVED=("${ARGS[@]}")
 ARGS+=("bogus_key=1")
 helper epilog 12 "$U1" "$G1"
 ARGS=("${ARGS_SAVED[@]}")
 check "epilog with an invalid plugin argument exits non-zero" test "$RC" -ne 0
+expect_contains "it says a daemon may be left running" "$OUT" "may be left running"
+check "the kept reason survives an epilog that could not run" test -f "$(reason_of 12)"
+helper epilog 12 "$U1" "$G1"
+expect_eq "epilog of the failed job exits 0" 0 "$RC"
+check "the epilog removes the kept reason" test ! -e "$(reason_of 12)"
+
+echo "== a configuration error never touches a job that did not ask for MPS"
+plain prolog 14 "$U1" "$G1" "${ARGS[@]}" bogus_key=1
+expect_eq "prolog of a plain job with a bad argument exits 0" 0 "$RC"
+expect_eq "and says nothing (the arguments are not read)" "" "$OUT"
+plain epilog 14 "$U1" "$G1" "${ARGS[@]}" bogus_key=1
+expect_eq "epilog of a plain job with a bad argument exits 0" 0 "$RC"
+expect_contains "and logs the error" "$OUT" "unknown plugin argument 'bogus_key'"
+plain epilog 14 "$U1" "$G1" --config "$work/etc/missing.args"
+expect_eq "epilog of a plain job with a missing --config exits 0" 0 "$RC"
+
+echo "== --config FILE: slurm.conf syntax"
+{
+  echo "# unilab-mps helper arguments"
+  printf '%s %s \\\n' "${ARGS[0]}" "${ARGS[1]}"
+  printf '   nvidia_smi="%s"   # quoted\n' "$FAKES/nvidia-smi"
+  printf '%s\n' "${ARGS[@]:3}"
+} >"$work/etc/helper.args"
+helper_args=("${ARGS[@]}")
+ARGS=(--config "$work/etc/helper.args")
+helper prolog 15 "$U1" "$G1"
+expect_eq "prolog with --config (comments, continuation, quotes) exits 0" 0 "$RC"
+expect_contains "and started the daemon" "$OUT" "started MPS daemon job15.n1.gpu0"
+helper epilog 15 "$U1" "$G1"
+expect_eq "epilog with --config exits 0" 0 "$RC"
+expect_eq "no record of job 15 is left" 0 "$(records_of 15)"
+printf 'state_dir=%s\nrun_dir "%s"\n' "$work/state" "$work/run" >"$work/etc/bad.args"
+ARGS=(--config "$work/etc/bad.args")
+helper prolog 16 "$U1" "$G1"
+check "a --config error fails the prolog of an MPS job" test "$RC" -ne 0
+expect_contains "naming file and line" "$OUT" "$work/etc/bad.args:2: 'run_dir' is not key=value"
+mkdir -p "$work/open" && chmod 777 "$work/open" && cp "$work/etc/helper.args" "$work/open/"
+ARGS=(--config "$work/open/helper.args")
+helper prolog 16 "$U1" "$G1"
+check "a --config file in a world-writable directory is refused" test "$RC" -ne 0
+ARGS=("${helper_args[@]}")
 
 echo "== a daemon that survives SIGKILL fails the epilog (the node drains)"
 kticks=$(awk '{sub(/.*\) /, ""); print $20}' /proc/2/stat 2>/dev/null)

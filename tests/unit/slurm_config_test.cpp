@@ -207,5 +207,44 @@ TEST(GresConfPath, ConfiguredThenNextToSlurmConfThenDefault) {
   EXPECT_EQ(gres_conf_path(c, std::string("/opt/slurm/etc/slurm.conf")), "/site/gres.conf");
 }
 
+// --- the helpers' --config file ------------------------------------------------------
+
+TEST(PluginArgsFromConfig, OneOrMoreKeyValuesPerLineCommentsContinuationsQuotes) {
+  const std::string text =
+      "# unilab-mps helper arguments\n"
+      "state_dir=/var/lib/umps   run_dir=/run/\\\n"
+      "umps  # two on a line, the second continued\n"
+      "\n"
+      "nvidia_smi = /opt/nv/nvidia-smi \\\n"
+      "   start_timeout=2.5\n"
+      "gres_conf=\"/etc/slurm/gres.conf\"\n";
+  EXPECT_EQ(plugin_args_from_config(text, "/etc/umps.conf"),
+            (std::vector<std::string>{"state_dir=/var/lib/umps", "run_dir=/run/umps", "nvidia_smi=/opt/nv/nvidia-smi",
+                                      "start_timeout=2.5", "gres_conf=/etc/slurm/gres.conf"}));
+  PluginConfig c = parse_plugin_args(plugin_args_from_config(text, "/etc/umps.conf"));
+  EXPECT_EQ(c.start_timeout, 2500ms);
+  EXPECT_EQ(c.tools.nvidia_smi, "/opt/nv/nvidia-smi");
+}
+
+TEST(PluginArgsFromConfig, BareWordsIncludesAndBadQuotesNameFileAndLine) {
+  EXPECT_EQ(error_of([] { plugin_args_from_config("state_dir=/x\ncontain off\n", "/etc/umps.conf"); }),
+            "/etc/umps.conf:2: 'contain' is not key=value");
+  EXPECT_EQ(error_of([] { plugin_args_from_config("\n\nInclude other.conf\n", "/etc/umps.conf"); }).substr(0, 17),
+            "/etc/umps.conf:3:");
+  EXPECT_EQ(error_of([] { plugin_args_from_config("run_dir=\"/x\n", "/etc/umps.conf"); }),
+            "/etc/umps.conf:1: unterminated quote in the value of run_dir");
+  EXPECT_TRUE(plugin_args_from_config("# nothing\n\n", "/etc/umps.conf").empty());
+}
+
+// --- Slurm's "(null)" -------------------------------------------------------------------
+
+TEST(SpankOptionValue, NullPointerAndTheStringNullAreNoValue) {
+  EXPECT_FALSE(spank_option_value(nullptr));
+  EXPECT_FALSE(spank_option_value("(null)"));
+  EXPECT_EQ(spank_option_value(""), "");
+  EXPECT_EQ(spank_option_value("8G"), "8G");
+  EXPECT_EQ(spank_option_value("(null)x"), "(null)x");
+}
+
 }  // namespace
 }  // namespace unilab::mps
