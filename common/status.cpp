@@ -124,7 +124,7 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
   }
   for (const auto& r : listing.records) {
     bool live = daemon_process_is_live(r, s.proc);
-    if (r.state == "starting") {
+    if (r.state == RecordState::kStarting) {
       // Its starter stopped between launch and the final record: the daemon
       // it may have launched is found the way stop_daemon finds it.
       if (auto orphan = recover_starting_identity(r, s.proc)) {
@@ -138,7 +138,7 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
     if (!live) {
       add("daemon " + r.name, "warn",
           fmt::format("recorded pid {} is not running (stale{}); `unilab-mps stop {}` cleans it", r.pid,
-                      r.state == "starting" ? ", crashed while starting" : "", r.name));
+                      r.state == RecordState::kStarting ? ", crashed while starting" : "", r.name));
     } else if (rep.plan) {
       for (const auto& g : rep.plan->gpus) {
         if (std::find(r.gpu_uuids.begin(), r.gpu_uuids.end(), g.uuid) != r.gpu_uuids.end()) {

@@ -83,7 +83,7 @@ int run_epilog(const std::vector<std::string>& argv) {
     Services& s = sys.services;
     for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) log(who, line);
     EpilogOutcome out = run_job_epilog(s, cfg, job);
-    for (const auto& r : out.stopped) log(who, "job " + job.job_id + ": daemon " + r.name + ": " + r.outcome);
+    for (const auto& r : out.stopped) log(who, "job " + job.job_id + ": daemon " + r.name + ": " + std::string(to_string(r.outcome)));
     for (const auto& w : out.warnings) log(who, w);
     for (const auto& e : out.errors) log(who, "epilog failed: " + e);
     return out.ok() ? 0 : 1;

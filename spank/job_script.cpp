@@ -72,7 +72,7 @@ int job_script_epilog(int argc, char** argv) {
     EpilogOutcome out = run_job_epilog(s, cfg, job);
     for (const auto& r : out.stopped) {
       slurm_info("unilab-mps: job %s: daemon %s (pid %d): %s", job.job_id.c_str(), r.name.c_str(), static_cast<int>(r.pid),
-                 r.outcome.c_str());
+                 std::string(to_string(r.outcome)).c_str());
     }
     for (const auto& w : out.warnings) slurm_info("unilab-mps: job %s epilog: %s", job.job_id.c_str(), w.c_str());
     for (const auto& e : out.errors) slurm_error("unilab-mps: job %s epilog failed: %s", job.job_id.c_str(), e.c_str());
