@@ -376,8 +376,13 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
 
   // Each daemon was launched with its own GPU, as the job user.
   ASSERT_EQ(d.host.launch_commands.size(), 2u);
-  EXPECT_EQ(test::env_value(d.host.launch_commands[0], "CUDA_VISIBLE_DEVICES"), test::kUuid2);
-  EXPECT_EQ(test::env_value(d.host.launch_commands[1], "CUDA_VISIBLE_DEVICES"), test::kUuid1);
+  // (at once: in either order) each with its daemon's pipe directory
+  std::map<std::string, std::string> launched;  // pipe dir -> CUDA_VISIBLE_DEVICES
+  for (const auto& c : d.host.launch_commands) {
+    launched[test::env_value(c, "CUDA_MPS_PIPE_DIRECTORY").value_or("?")] = test::env_value(c, "CUDA_VISIBLE_DEVICES").value_or("?");
+  }
+  EXPECT_EQ(launched, (std::map<std::string, std::string>{{cfg.run_dir + "/job1234.n1.gpu0/pipe", test::kUuid2},
+                                                          {out.started[1].pipe_directory, test::kUuid1}}));
   for (const auto& c : d.host.launch_commands) {
     ASSERT_TRUE(c.credentials);
     EXPECT_EQ(c.credentials->uid, test::kOtherUid);
