@@ -136,6 +136,20 @@ for lat in 0 tools; do
   done
 done
 
+# A node's daemons start (and stop) at once: a per-GPU job of 1, 4 and 8 GPUs
+# whose daemons each take 300 ms to answer; "added" is the prolog time minus
+# that of a job without the option (the helper's own start-up), in the same
+# rounds. Few rounds: the machine is shared.
+CONC_REPS=${BENCH_CONC_REPS:-3}
+[ "$QUICK" = 1 ] && CONC_REPS=2
+bench_log "direct: a node's daemons at once: per-GPU jobs of 1, 4, 8 GPUs, daemon start 300 ms, $CONC_REPS reps"
+set_fakes 0 mps_start_delay_ms=300
+for ((r = 0; r < CONC_REPS; r++)); do
+  measure_job concurrent no-option 1 start300 0 ''
+  for g in 1 4 8; do measure_job concurrent per-gpu "$g" start300 "$(seq_csv "$g")" '(null)'; done
+done
+set_fakes 0
+
 bench_log "direct: records of other jobs on the node (1, 10, 100, 1000 records)"
 set_fakes 0
 run_helper prolog 99999 0 '(null)' || bench_log "template prolog failed"
@@ -211,6 +225,7 @@ for lat in 0 tools; do
     for wait in sleep poll; do
       shell_job "$wait" 1 "$lat" 0 "$wait"
       shell_job "$wait" 4 "$lat" 0,1,2,3 "$wait"
+      shell_job "$wait" 8 "$lat" "$(seq_csv 8)" "$wait"
     done
   done
 done

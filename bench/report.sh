@@ -119,12 +119,18 @@ added_growth() { # added_growth CASE LAT N... : fit of the added srun time over 
   fit "${pts[@]}"
 }
 
-# first_check MS -> when the start loop (waits 10 ms, doubling to 200 ms)
-# first finds a daemon that starts answering after MS
+# first_check MS -> when the start loop (asks at once, then waits 1 ms,
+# doubling to 32 ms) first finds a daemon that starts answering after MS
 first_check() {
-  local t=0 step=10
-  while ((t < $1)); do t=$((t + step)); step=$((step * 2 > 200 ? 200 : step * 2)); done
+  local t=0 step=1
+  while ((t < $1)); do t=$((t + step)); step=$((step * 2 > 32 ? 32 : step * 2)); done
   printf '%s' "$t"
+}
+
+# ratio_ok VALUE LIMIT -> "yes" when VALUE <= LIMIT, "no", or "-" when unmeasured
+ratio_ok() {
+  if [ -z "${1:-}" ] || [ -z "${2:-}" ]; then printf -- '-'; return; fi
+  awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b) ? "yes" : "**no**" }'
 }
 
 # ---------------------------------------------------------------- numbers used twice
@@ -154,6 +160,15 @@ shell_pe_sleep=$(awk -v a="$(med shell sleep 1 0 prolog_ms)" -v b="$(med shell s
 shell_pe_poll=$(awk -v a="$(med shell poll 1 0 prolog_ms)" -v b="$(med shell poll 1 0 epilog_ms)" 'BEGIN { if (a != "" && b != "") printf "%.3f", a + b }')
 ours_pe=$(awk -v a="$pro1" -v b="$epi1" 'BEGIN { if (a != "" && b != "") printf "%.3f", a + b }')
 calls() { med calls "$1" "$2" 0 "$3"; }
+# A node's daemons at once (daemon start 300 ms): prolog added over a job
+# without the option, per job size; the shell's prolog for comparison.
+conc_base=$(med concurrent no-option 1 start300 prolog_ms)
+conc_add1=$(minus "$(med concurrent per-gpu 1 start300 prolog_ms)" "$conc_base")
+conc_add4=$(minus "$(med concurrent per-gpu 4 start300 prolog_ms)" "$conc_base")
+conc_add8=$(minus "$(med concurrent per-gpu 8 start300 prolog_ms)" "$conc_base")
+pro8=$(med prolog per-gpu 8 0 prolog_ms)
+shell_pro8=$(med shell sleep 8 0 prolog_ms)
+shell_pro8_poll=$(med shell poll 8 0 prolog_ms)
 smi_per_job=$(calls per-gpu-on 4 prolog_nvidia-smi_calls)
 smi_steps=$(calls per-gpu-on 4 steps_nvidia-smi_calls)
 ctl_steps=$(calls per-gpu-on 4 steps_nvidia-cuda-mps-control_calls)
@@ -178,6 +193,44 @@ headline() {
   printf '| `unilab-mps status` with 1,000 records (per record: %s ms) | %s ms |\n' "$(fmt "$st_slope")" "$(fmt "$(med status json 1000 0 status_ms)")"
   printf '| prolog + epilog, one daemon: unilab-mps / shell script after Slurm'"'"'s `prolog.example` (its `sleep 1`) / same script polling instead | %s / %s / %s ms |\n' \
     "$(fmt "$ours_pe")" "$(fmt "$shell_pe_sleep")" "$(fmt "$shell_pe_poll")"
+  printf '| prolog added by a per-GPU job of 1 / 4 / 8 GPUs, each daemon taking 300 ms to answer (daemons start at once) | %s / %s / %s ms |\n' \
+    "$(fmt "$conc_add1")" "$(fmt "$conc_add4")" "$(fmt "$conc_add8")"
+  printf '| prolog of an 8-GPU per-GPU job, tools instant: unilab-mps (8 daemons) / shell script (one daemon, `sleep 1`) | %s / %s ms |\n' \
+    "$(fmt "$pro8")" "$(fmt "$shell_pro8")"
+}
+
+concurrent_section() {
+  local g p e a
+  printf '| GPUs (per-GPU daemons) | prolog | added over a job without the option | × the 1-GPU job | epilog | runs |\n'
+  printf '|---:|---:|---:|---:|---:|---:|\n'
+  for g in 1 4 8; do
+    p=$(med concurrent per-gpu "$g" start300 prolog_ms)
+    [ -n "$p" ] || continue
+    e=$(med concurrent per-gpu "$g" start300 epilog_ms)
+    a=$(minus "$p" "$conc_base")
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$g" "$(fmt "$p")" "$(fmt "$a")" "$(div "$a" "$conc_add1" | awk '{ if ($1 != "") printf "%.2f", $1 }')" \
+      "$(fmt "$e")" "$(reps concurrent per-gpu "$g" start300 prolog_ms)"
+  done
+  printf '\nA job without the option, same rounds: prolog %s ms (the helper'"'"'s own start-up).\n\n' "$(fmt "$conc_base")"
+  printf '| goal | measured | met |\n|---|---|---|\n'
+  printf '| 4-GPU job'"'"'s added prolog within 1.5× the 1-GPU job'"'"'s (300 ms starts) | %s vs %s ms | %s |\n' \
+    "$(fmt "$conc_add4")" "$(fmt "$conc_add1")" "$(ratio_ok "$conc_add4" "$(awk -v a="$conc_add1" 'BEGIN { if (a != "") print a * 1.5 }')")"
+  printf '| 8-GPU job'"'"'s added prolog within 1.5× the 1-GPU job'"'"'s (300 ms starts) | %s vs %s ms | %s |\n' \
+    "$(fmt "$conc_add8")" "$(fmt "$conc_add1")" "$(ratio_ok "$conc_add8" "$(awk -v a="$conc_add1" 'BEGIN { if (a != "") print a * 1.5 }')")"
+  printf '| prolog + epilog for one daemon at or below the shell script'"'"'s (`sleep 1`; tools instant) | %s vs %s ms | %s |\n' \
+    "$(fmt "$ours_pe")" "$(fmt "$shell_pe_sleep")" "$(ratio_ok "$ours_pe" "$shell_pe_sleep")"
+  printf '| the same against the script polling instead of `sleep 1` | %s vs %s ms | %s |\n' \
+    "$(fmt "$ours_pe")" "$(fmt "$shell_pe_poll")" "$(ratio_ok "$ours_pe" "$shell_pe_poll")"
+  printf '| 8-GPU prolog at or below a third of the shell'"'"'s 8-GPU prolog (`sleep 1`; tools instant) | %s vs %s / 3 ms | %s |\n' \
+    "$(fmt "$pro8")" "$(fmt "$shell_pro8")" "$(ratio_ok "$pro8" "$(awk -v a="$shell_pro8" 'BEGIN { if (a != "") print a / 3 }')")"
+  printf '| the same against the polling script'"'"'s 8-GPU prolog | %s vs %s / 3 ms | %s |\n' \
+    "$(fmt "$pro8")" "$(fmt "$shell_pro8_poll")" "$(ratio_ok "$pro8" "$(awk -v a="$shell_pro8_poll" 'BEGIN { if (a != "") print a / 3 }')")"
+  printf '| `nvidia-smi` runs in the prolog of the 8-GPU job / NVIDIA tool runs for a job without the option (prolog + epilog) | %s / %s | %s |\n' \
+    "$(med concurrent per-gpu 8 start300 prolog_smi_calls)" \
+    "$(awk -v a="$(med concurrent no-option 1 start300 prolog_smi_calls)" -v b="$(med concurrent no-option 1 start300 prolog_ctl_calls)" \
+      -v c="$(med concurrent no-option 1 start300 epilog_smi_calls)" -v d="$(med concurrent no-option 1 start300 epilog_ctl_calls)" \
+      'BEGIN { if (a != "") print a + b + c + d; else print "-" }')" \
+    "$( [ "$(med concurrent per-gpu 8 start300 prolog_smi_calls)" = 1 ] && echo yes || echo '**no**')"
 }
 
 # ---------------------------------------------------------------- the document
@@ -195,6 +248,7 @@ Run: ${META[date]:-?}, ${META[mode]:-?} mode, ${META[reps]:-?} repetitions, ${ME
 commit \`${META[commit]:-?}\`. Every figure is the **median** of its repeated runs;
 "added" is a difference of medians (with minus without, measured interleaved
 in the same run). Growth is a least-squares line through the medians.
+$( [ -n "${META[cluster_rows_from]:-}" ] && printf '\n**Sections 1 and 2 and the cluster columns of section 5 come from an earlier run** (%s): this run measured the helpers directly only.\n' "${META[cluster_rows_from]}")
 
 **Real GPU numbers are pending a GPU machine**: this run had none. The script
 that produces them is ready: see [Real GPU](#real-gpu-pending).
@@ -212,17 +266,18 @@ What it means:
   $(fmt "$mt_slope0") ms per task (least squares over 1, 4, 16 tasks; growth
   $(linear_words "$mt_dev0")).
 - **Per daemon**: $(fmt "$pg_slope0") ms per per-GPU daemon with instant tools,
-  $(fmt "$pgt_slope") ms with slow ones; growth $(linear_words "$pg_dev0"). Daemons of one
-  job start one after the other, so a per-GPU job on an 8-GPU node pays eight
-  daemon start-ups in its prolog.
+  $(fmt "$pgt_slope") ms with slow ones; growth $(linear_words "$pg_dev0"). The daemons
+  of one job start at once (a thread each, one deadline), so a slow daemon
+  start is paid once per job, not once per GPU (section 6); what still grows
+  with the GPUs is unilab-mps's own work per daemon on a 2-core machine.
 - **Jobs without \`--unilab-mps\`** run no NVIDIA tool and create no file; with the
   plugin installed they pay Slurm's own fork of \`slurmstepd spank prolog\` /
   \`spank epilog\` (slurmd runs it for every job once a plugin defines
   job_prolog/job_epilog): $(fmt "$noplug_prolog") ms more in slurmd's prolog window,
   $(fmt "$noplug_off") ms on \`srun -n1\` wall time here (section 1; noisy).
 - **Slow tools**: a daemon that takes ${META[lat_start_ms]:-200} ms to answer costs its job
-  that plus the polling granularity of the start loop (checks back off from 10
-  to 200 ms), for every per-GPU daemon in turn.
+  that plus the polling granularity of the start loop (it asks at once, then
+  after 1, 2, 4 .. ms, capped at 32 ms), once for all of a job's daemons.
 
 ## 1. Job launch on a local Slurm cluster
 
@@ -331,22 +386,21 @@ $(fmt "$(med floor tools 1 0 smi_ms)") ms, \`-d\` until a front end gets an answ
 daemon is gone $(fmt "$(med floor tools 1 0 quit_ms)") ms (slow profile: $(fmt "$(med floor tools 1 tools smi_ms)"), $(fmt "$(med floor tools 1 tools start_ms)"), $(fmt "$(med floor tools 1 tools quit_ms)") ms). The rest of the
 per-daemon prolog time is unilab-mps itself: creating the private directories,
 two atomic record writes (\`starting\`, then \`running\`, each with fsync), running
-the tools as the job's user, polling until the daemon answers (10 ms first
-wait, doubling up to 200 ms) and checking the pid file against \`/proc\`.
+the tools as the job's user, polling until the daemon answers (at once, then
+1 ms, doubling up to 32 ms) and checking the pid file against \`/proc\`.
 
 Per daemon, instant tools: $(fmt "$dp_slope") ms = $(fmt "$(med floor tools 1 0 start_ms)") ms the tool's start + $(fmt "$own_inst") ms
 unilab-mps. Slow tools: $(fmt "$dpt_slope") ms = $(fmt "$(med floor tools 1 tools start_ms)") ms the tool's start + the same
 unilab-mps work + $(fmt "$poll_gap") ms waiting between readiness checks: the start loop's
-back-off (10, 20, 40, ... 200 ms) first checks a ${META[lat_start_ms]:-200} ms daemon at $(first_check "${META[lat_start_ms]:-200}") ms. A
-back-off capped at about 25 ms would give most of that back on every per-GPU
-daemon, and starting a job's daemons in parallel would make the per-GPU prolog
-cost one start instead of one per GPU.
+back-off (at once, then 1, 2, 4, ... 32 ms) first finds a ${META[lat_start_ms]:-200} ms daemon at $(first_check "${META[lat_start_ms]:-200}") ms. The
+daemons of a job start in parallel, so these rows grow with unilab-mps's own
+work per daemon (on 2 shared cores), not with the tools' start-up (section 6).
 
 ### A daemon that ignores \`quit\`
 
 The epilog waits 60 % of \`stop_timeout\` for \`quit\`, then sends SIGTERM (90 %),
-then SIGKILL, re-verifying the daemon's identity before each signal; daemons
-are stopped one after the other. Measured with \`stop_timeout=2\`:
+then SIGKILL, re-verifying the daemon's identity before each signal; a job's
+daemons are stopped at once, within one \`stop_timeout\`. Measured with \`stop_timeout=2\`:
 
 | daemon ignores | daemons | epilog | bound per daemon | runs |
 |---|---:|---:|---:|---:|
@@ -365,10 +419,10 @@ for c in ignore-quit ignore-quit-term; do
 done
 cat <<EOF
 
-So a job's epilog is bounded by (daemons that ignore \`quit\`) × \`stop_timeout\`
-plus the normal cost; with the default \`stop_timeout=10\` a per-GPU job on an
-8-GPU node whose daemons all hang would hold its node in COMPLETING for up to
-about 80 s. Stopping daemons in parallel would make that one \`stop_timeout\`.
+So a job's epilog is bounded by one \`stop_timeout\` (plus up to a second for
+SIGKILL to take effect) and the normal cost, however many of its daemons
+hang: with the default \`stop_timeout=10\` a per-GPU job on an 8-GPU node whose
+daemons all hang holds its node in COMPLETING for about 10 s, not 80 s.
 
 ## 4. Scale: records of other jobs on the node, and \`unilab-mps status\`
 
@@ -443,6 +497,15 @@ epilog, one daemon, instant tools), and it does less for that time:
 | stop | \`echo quit\`, then \`ps aux \| grep\` | record (pid + start time + boot id), verified signals within \`stop_timeout\` |
 | several daemons per job / per-task binding | no | yes |
 | how \`start_server -uid\` is sent | the example passes the command as arguments; it must go on stdin (the copy here uses stdin) | n/a |
+
+## 6. A node's daemons at once
+
+A per-GPU job's daemons start at once (a thread each, within one
+\`start_timeout\`; when any fails, all are stopped again) and stop at once
+(within one \`stop_timeout\`). Measured with the helpers run directly and
+every daemon taking 300 ms to answer (\`mps_start_delay_ms=300\`); rounds in the "runs" column. ms.
+
+$(concurrent_section)
 
 ## Real GPU (pending)
 

@@ -149,7 +149,7 @@ int cmd_start(Context& c, const ParsedArgs& a) {
   base.uid = c.uid;
   base.gid = c.gid;
   base.host = c.host;
-  base.topology_mode = plan.topology_mode;
+  base.topology_mode = *kTopologyModeNames.lookup(plan.topology_mode);
   base.base_directory = c.run_dir;
   base.pipe_directory = a.value("--pipe-dir");
   base.log_directory = a.value("--log-dir");
@@ -162,25 +162,16 @@ int cmd_start(Context& c, const ParsedArgs& a) {
     return run_foreground(c.tools, base);
   }
   RecordStore store = c.store();
-  std::vector<DaemonRecord> started;
-  try {
-    for (const auto& group : groups) {
-      StartRequest req = base;
-      req.name = name ? (groups.size() > 1 ? *name + "-" + canonicalize_gpu_uuid(group[0].uuid).substr(0, 8) : *name)
-                      : default_daemon_name(group);
-      for (const auto& g : group) req.gpu_uuids.push_back(g.uuid);
-      started.push_back(start_daemon(c.services, c.tools, store, req));
-    }
-  } catch (const CudaMpsError&) {
-    // Fail closed: a partial per-gpu start leaves nothing behind.
-    for (const auto& r : started) {
-      try {
-        stop_daemon(c.services, c.tools, store, r, std::chrono::seconds(5));
-      } catch (const CudaMpsError&) {
-      }
-    }
-    throw;
+  std::vector<StartRequest> requests;
+  for (const auto& group : groups) {
+    StartRequest req = base;
+    req.name = name ? (groups.size() > 1 ? *name + "-" + canonicalize_gpu_uuid(group[0].uuid).substr(0, 8) : *name)
+                    : default_daemon_name(group);
+    for (const auto& g : group) req.gpu_uuids.push_back(g.uuid);
+    requests.push_back(std::move(req));
   }
+  // Fail closed: a partial per-gpu start leaves nothing behind.
+  std::vector<DaemonRecord> started = start_daemons(c.services, c.tools, store, requests, std::chrono::seconds(5));
   if (c.json) {
     nlohmann::json j = {{"plan", plan.to_json()}, {"daemons", nlohmann::json::array()}};
     for (const auto& r : started) j["daemons"].push_back(r.to_json());
@@ -207,13 +198,13 @@ int cmd_stop(Context& c, const ParsedArgs& a) {
       for (const auto& s : res.stopped) j["stopped"].push_back(s.to_json());
       print_json(j);
     } else {
-      for (const auto& s : res.stopped) fmt::print("{}: {}{}\n", s.name, s.outcome, s.detail.empty() ? "" : " (" + s.detail + ")");
+      for (const auto& s : res.stopped) fmt::print("{}: {}{}\n", s.name, to_string(s.outcome), s.detail.empty() ? "" : " (" + s.detail + ")");
       if (res.stopped.empty() && res.errors.empty()) fmt::print("no daemon recorded for uid {} on {}\n", c.uid, c.host);
     }
     for (const auto& e : res.errors) std::cerr << "unilab-mps: " << e << "\n";
     if (!res.ok()) return kExitError;
     // As `stop NAME`: a stale record that was cleaned (nothing signalled) is exit 3.
-    bool stale = std::any_of(res.stopped.begin(), res.stopped.end(), [](const StopReport& r) { return r.outcome == "stale"; });
+    bool stale = std::any_of(res.stopped.begin(), res.stopped.end(), [](const StopReport& r) { return r.outcome == StopOutcome::kStale; });
     return stale ? kExitStale : kExitOk;
   }
   std::optional<std::string> name;
@@ -224,7 +215,7 @@ int cmd_stop(Context& c, const ParsedArgs& a) {
   if (c.json) {
     print_json(rep.to_json());
   } else {
-    fmt::print("{}: {}{}\n", rep.name, rep.outcome, rep.detail.empty() ? "" : " (" + rep.detail + ")");
+    fmt::print("{}: {}{}\n", rep.name, to_string(rep.outcome), rep.detail.empty() ? "" : " (" + rep.detail + ")");
   }
   return kExitOk;
 }
@@ -241,7 +232,7 @@ int cmd_env(Context& c, const ParsedArgs& a) {
     if (name) check_daemon_name(*name);
     DaemonRecord rec = read_daemon_record(store, name, c.uid, c.host, c.proc);
     if (!daemon_process_is_live(rec, c.proc)) {
-      if (rec.state == "starting") {
+      if (rec.state == RecordState::kStarting) {
         throw CudaMpsError(fmt::format("daemon '{}' is still starting (or its start was interrupted); `unilab-mps status` "
                                        "shows it, `unilab-mps stop {}` ends it", rec.name, rec.name));
       }

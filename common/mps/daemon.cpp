@@ -5,19 +5,29 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
+#include <exception>
+#include <functional>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/mps_pid_file.hpp"
+#include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
 namespace {
 
 using std::chrono::milliseconds;
+
+// The longest pause between two readiness looks (see await_answer).
+constexpr milliseconds kReadinessStepCap{32};
 
 milliseconds remaining(Clock& clock, std::chrono::steady_clock::time_point deadline) {
   auto left = std::chrono::duration_cast<milliseconds>(deadline - clock.now());
@@ -35,46 +45,33 @@ bool wait_gone(Services& s, const ProcessIdentity& id, std::chrono::steady_clock
   }
 }
 
-std::optional<pid_t> read_pid_file(const std::string& pipe_directory, uid_t uid) {
-  try {
-    Fd dir = open_trusted_dir(pipe_directory, uid);
-    auto text = read_file_at(dir.get(), kPidFileName, 64);
-    if (!text) return std::nullopt;
-    std::string_view t = *text;
-    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
-    pid_t pid = 0;
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
-    if (ec != std::errc() || p != t.data() + t.size() || pid <= 0) return std::nullopt;
-    return pid;
-  } catch (const CudaMpsError&) {
-    return std::nullopt;
-  }
-}
-
-// The pid in the pid file, accepted only when /proc says that process runs
-// as `uid` with exactly this pipe directory in its environment.
-std::optional<ProcessIdentity> identify_daemon(const std::string& pipe_directory, uid_t uid, ProcReader& proc,
-                                               std::string* why) {
-  auto pid = read_pid_file(pipe_directory, uid);
-  if (!pid) {
-    if (why) *why = fmt::format("no readable {} in {}", kPidFileName, pipe_directory);
-    return std::nullopt;
-  }
-  auto st = proc.stat(*pid);
-  if (!st || st->state == 'Z' || st->state == 'X') {
-    if (why) *why = fmt::format("pid {} from {} is not running", *pid, kPidFileName);
+// `pid` accepted as the daemon only when /proc says that process runs as
+// `uid` with exactly this pipe directory in its environment.
+std::optional<ProcessIdentity> identify_pid(pid_t pid, const std::string& pipe_directory, uid_t uid, ProcReader& proc,
+                                            std::string* why) {
+  auto st = running_stat(proc, pid);
+  if (!st) {
+    if (why) *why = fmt::format("pid {} from {} is not running", pid, kPidFileName);
     return std::nullopt;
   }
   if (st->uid != uid) {
-    if (why) *why = fmt::format("pid {} runs as uid {}, not {}", *pid, st->uid, uid);
+    if (why) *why = fmt::format("pid {} runs as uid {}, not {}", pid, st->uid, uid);
     return std::nullopt;
   }
-  auto env_pipe = proc.environ_value(*pid, "CUDA_MPS_PIPE_DIRECTORY");
+  auto env_pipe = proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY");
   if (!env_pipe || *env_pipe != pipe_directory) {
-    if (why) *why = fmt::format("pid {} does not serve pipe directory {}", *pid, pipe_directory);
+    if (why) *why = fmt::format("pid {} does not serve pipe directory {}", pid, pipe_directory);
     return std::nullopt;
   }
-  return ProcessIdentity{*pid, st->start_ticks, proc.boot_id(), uid};
+  return ProcessIdentity{pid, st->start_ticks, proc.boot_id(), uid};
+}
+
+// The daemon the pid file names, verified by identify_pid.
+std::optional<ProcessIdentity> identify_daemon(const std::string& pipe_directory, uid_t uid, ProcReader& proc,
+                                               std::string* why) {
+  auto pid = read_mps_pid_file(pipe_directory, uid, why);
+  if (!pid) return std::nullopt;
+  return identify_pid(*pid, pipe_directory, uid, proc, why);
 }
 
 // Identities of every descendant of the daemon, now.
@@ -112,8 +109,8 @@ SweepResult sweep_mps_processes(Services& s, const DaemonRecord& record, const s
   const std::string boot = s.proc.boot_id();
   for (pid_t pid : s.proc.pids()) {
     if (seen.count(pid)) continue;
-    auto st = s.proc.stat(pid);
-    if (!st || st->uid != record.uid || st->state == 'Z' || st->state == 'X') continue;
+    auto st = running_stat(s.proc, pid);
+    if (!st || st->uid != record.uid) continue;
     auto comm = s.proc.comm(pid);
     if (!comm || !comm->starts_with("nvidia-cuda-mps")) continue;
     if (s.proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY") != record.pipe_directory) continue;
@@ -152,41 +149,47 @@ struct Layout {
   std::vector<std::string> created;  // made by this call: all a refusal may remove
 };
 
+// Mounts the daemon's private tmpfs on `<base>/<name>` (root only) and
+// returns that directory again (now the tmpfs root).
+Fd mount_private_dir(int base, const StartRequest& req, const std::string& path, bool created) {
+  if (std::string e = unmount_private_fs(base, req.name, path); !e.empty()) throw CudaMpsError(e);
+  try {
+    mount_private_fs(base, req.name, path, req.uid, req.gid, *req.private_fs);
+  } catch (const CudaMpsError&) {
+    if (created) unlinkat(base, req.name.c_str(), AT_REMOVEDIR);
+    throw;
+  }
+  return ensure_private_dir(base, req.name, req.uid, req.gid);
+}
+
+// The default layout (daemon_directories) for what the request does not name.
+void prepare_default_layout(const StartRequest& req, Layout& l) {
+  if (req.base_directory.empty()) throw CudaMpsError("no base directory for the daemon's pipe and log directories");
+  const DaemonDirectories dirs = daemon_directories(req.base_directory, req.name);
+  // The base is created by whoever runs us (root for Slurm: 0755 so tasks
+  // can traverse; a user: 0700), so only that identity may own its path.
+  const bool root = geteuid() == 0;
+  Fd base = ensure_trusted_dir(req.base_directory, geteuid(), geteuid(), getegid(), root ? 0755 : 0700);
+  bool created = false;
+  Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
+  l.owned.push_back(dirs.root);
+  if (created) l.created.push_back(dirs.root);
+  if (req.private_fs && root) named = mount_private_dir(base.get(), req, dirs.root, created);
+  if (!req.pipe_directory) {
+    ensure_private_dir(named.get(), kPipeLeaf, req.uid, req.gid);
+    l.pipe = dirs.pipe;
+  }
+  if (!req.log_directory) {
+    ensure_private_dir(named.get(), kLogLeaf, req.uid, req.gid);
+    l.log = dirs.log;
+  }
+}
+
 // Creates the daemon's directories, 0700 for the user, never through a
 // symlink; refuses foreign or loose existing ones.
 Layout prepare_directories(const StartRequest& req) {
   Layout l;
-  bool need_base = !req.pipe_directory || !req.log_directory;
-  if (need_base) {
-    if (req.base_directory.empty()) throw CudaMpsError("no base directory for the daemon's pipe and log directories");
-    // The base is created by whoever runs us (root for Slurm: 0755 so tasks
-    // can traverse; a user: 0700), so only that identity may own its path.
-    bool root = geteuid() == 0;
-    Fd base = ensure_trusted_dir(req.base_directory, geteuid(), geteuid(), getegid(), root ? 0755 : 0700);
-    bool created = false;
-    Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
-    l.owned.push_back(req.base_directory + "/" + req.name);
-    if (created) l.created.push_back(req.base_directory + "/" + req.name);
-    if (req.private_fs && root) {
-      const std::string path = req.base_directory + "/" + req.name;
-      if (std::string e = unmount_private_fs(base.get(), req.name, path); !e.empty()) throw CudaMpsError(e);
-      try {
-        mount_private_fs(base.get(), req.name, path, req.uid, req.gid, *req.private_fs);
-      } catch (const CudaMpsError&) {
-        if (created) unlinkat(base.get(), req.name.c_str(), AT_REMOVEDIR);
-        throw;
-      }
-      named = ensure_private_dir(base.get(), req.name, req.uid, req.gid);  // the tmpfs root now
-    }
-    if (!req.pipe_directory) {
-      ensure_private_dir(named.get(), "pipe", req.uid, req.gid);
-      l.pipe = req.base_directory + "/" + req.name + "/pipe";
-    }
-    if (!req.log_directory) {
-      ensure_private_dir(named.get(), "log", req.uid, req.gid);
-      l.log = req.base_directory + "/" + req.name + "/log";
-    }
-  }
+  if (!req.pipe_directory || !req.log_directory) prepare_default_layout(req, l);
   for (auto [explicit_dir, out] : {std::pair{&req.pipe_directory, &l.pipe}, std::pair{&req.log_directory, &l.log}}) {
     if (!*explicit_dir) continue;
     auto [parent, leaf] = split_parent(**explicit_dir);
@@ -207,14 +210,10 @@ void validate_request(const StartRequest& req) {
     throw CudaMpsError(fmt::format("'{}' is not a valid daemon name (letters, digits, '.', '_', '-'; at most 128)", req.name));
   }
   if (req.gpu_uuids.empty()) throw CudaMpsError("no GPU selected for the daemon");
-  if (req.topology_mode != "single_gpu" && req.topology_mode != "single_task_multi_gpu" &&
-      req.topology_mode != "task_per_gpu") {
-    throw CudaMpsError(fmt::format("unknown topology mode '{}'", req.topology_mode));
-  }
   for (const auto* d : {&req.pipe_directory, &req.log_directory}) {
     if (*d && ((*d)->empty() || (**d)[0] != '/')) throw CudaMpsError(fmt::format("'{}' is not an absolute path", **d));
   }
-  std::string pipe = req.pipe_directory ? *req.pipe_directory : req.base_directory + "/" + req.name + "/pipe";
+  std::string pipe = req.pipe_directory ? *req.pipe_directory : daemon_directories(req.base_directory, req.name).pipe;
   check_control_path_length(pipe);
 }
 
@@ -237,7 +236,240 @@ void apply_limits(MpsControl& mps, const MpsEndpoint& ep, const StartRequest& re
   }
 }
 
+// The record a start writes before it launches anything ("starting").
+DaemonRecord starting_record(Services& s, const StartRequest& req, const Layout& layout) {
+  DaemonRecord rec;
+  rec.name = req.name;
+  rec.uid = req.uid;
+  rec.gid = req.gid;
+  rec.host = req.host;
+  rec.topology_mode = req.topology_mode;
+  rec.gpu_uuids = req.gpu_uuids;
+  rec.pipe_directory = layout.pipe;
+  rec.log_directory = layout.log;
+  rec.created_at = s.clock.wall_seconds();
+  rec.boot_id = s.proc.boot_id();
+  rec.state = RecordState::kStarting;
+  rec.job_id = req.job_id;
+  rec.slurm = req.slurm;
+  rec.limits = req.limits;
+  rec.owned_directories = layout.owned;
+  rec.containment = req.containment;
+  return rec;
+}
+
+// One start in progress: what it has made so far, for the steps below and
+// for abandon, which undoes all of it.
+struct Starting {
+  Starting(Services& s_, const Tools& tools, RecordStore& store_, const StartRequest& req_,
+           std::chrono::steady_clock::time_point deadline_, Layout layout_)
+      : s(s_), store(store_), req(req_), deadline(deadline_), layout(std::move(layout_)), mps(s_.runner, tools.mps_control, tools.driver_dir),
+        ep{layout.pipe, layout.log, req_.uid, req_.gid}, rec(starting_record(s_, req_, layout)) {}
+  Services& s;
+  RecordStore& store;
+  const StartRequest& req;
+  const std::chrono::steady_clock::time_point deadline;
+  const Layout layout;
+  MpsControl mps;
+  const MpsEndpoint ep;
+  DaemonRecord rec;
+};
+
+// Stops what the start launched (or what its pid file proves it launched),
+// removes its directories and record; the error to throw, with the log tail.
+CudaMpsError abandon(Starting& st, const std::string& why, const std::optional<ProcessIdentity>& launched) {
+  std::string tail = tail_suffix(st.layout.log, st.req.uid);
+  if (launched) {
+    kill_launched(st.s, *launched);
+  } else if (auto found = identify_daemon(st.layout.pipe, st.req.uid, st.s.proc, nullptr)) {
+    kill_launched(st.s, *found);
+  }
+  remove_owned_directories(st.rec);
+  try {
+    st.store.remove(st.req.name);
+  } catch (const CudaMpsError&) {
+  }
+  return CudaMpsError(why + tail);
+}
+
+// Refuses a pipe directory another daemon already answers on (removing only
+// what this start made), then writes the "starting" record: from here on the
+// daemon can always be found.
+void claim(Starting& st) {
+  if (st.mps.answers(st.ep)) {
+    DaemonRecord made = st.rec;
+    made.owned_directories = st.layout.created;
+    remove_owned_directories(made);
+    throw CudaMpsError(fmt::format("an MPS daemon already answers on {}; stop it or choose another pipe directory", st.layout.pipe));
+  }
+  try {
+    st.store.write(st.rec);
+  } catch (const CudaMpsError&) {
+    remove_owned_directories(st.rec);
+    throw;
+  }
+}
+
+void launch(Starting& st) {
+  // At least a moment for `-d` itself, even when the deadline has come.
+  const milliseconds limit = std::max(remaining(st.s.clock, st.deadline), milliseconds(100));
+  CommandResult launched = st.mps.launch(st.ep, st.req.gpu_uuids, limit);
+  if (launched.ok()) return;
+  std::string line = launched.first_output_line();
+  throw abandon(st, fmt::format("{} -d failed for daemon '{}' ({}){}{}", st.mps.path(), st.req.name, launched.describe(),
+                                line.empty() ? "" : ": ", line),
+                std::nullopt);
+}
+
+// Asks right after `-d` returned, then after 1, 2, 4 .. ms, capped: a daemon
+// is up within milliseconds to a few hundred, a late look wastes up to a
+// whole step of the prolog, and each look costs one front-end run.
+bool await_answer(Starting& st) {
+  milliseconds step(1);
+  for (;;) {
+    milliseconds left = remaining(st.s.clock, st.deadline);
+    if (left.count() == 0) return false;
+    if (st.mps.answers(st.ep, left)) return true;
+    st.s.clock.sleep_for(std::min(step, remaining(st.s.clock, st.deadline)));
+    step = std::min(step * 2, kReadinessStepCap);
+  }
+}
+
+// The daemon that answers, proven by its pid file and /proc. The pid file
+// may appear after the socket: it is looked for until the deadline.
+ProcessIdentity verify_started(Starting& st) {
+  std::string why;
+  std::optional<ProcessIdentity> id;
+  if (auto pid = await_mps_pid_file(st.layout.pipe, st.req.uid, st.s.clock, st.deadline, &why)) {
+    id = identify_pid(*pid, st.layout.pipe, st.req.uid, st.s.proc, &why);
+  }
+  if (!id) throw abandon(st, fmt::format("cannot verify MPS daemon '{}': {}", st.req.name, why), std::nullopt);
+  return *id;
+}
+
+// Runs job(i) for every i < n at once, one thread each (this thread takes
+// the first), and waits for all of them; what each threw is kept, not thrown.
+std::vector<std::exception_ptr> run_each_concurrently(size_t n, const std::function<void(size_t)>& job) {
+  std::vector<std::exception_ptr> errors(n);
+  auto guarded = [&](size_t i) {
+    try {
+      job(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n; ++i) {
+    try {
+      threads.emplace_back(guarded, i);
+    } catch (const std::system_error&) {
+      guarded(i);  // no thread to be had: in turn, then
+    }
+  }
+  if (n > 0) guarded(0);
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+// The CudaMpsError messages of `errors`, in order. Anything else one threw
+// (no CudaMpsError: a bug or no memory) is rethrown as it is, after all
+// threads ended, as it would have been without threads.
+std::vector<std::string> error_messages(const std::vector<std::exception_ptr>& errors) {
+  std::vector<std::string> out;
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CudaMpsError& x) {
+      out.push_back(x.what());
+    }
+  }
+  return out;
+}
+
+// One stop in progress (see stop_daemon).
+struct Stopping {
+  Services& s;
+  const Tools& tools;
+  RecordStore& store;
+  const DaemonRecord& record;
+  const milliseconds timeout;
+  const std::chrono::steady_clock::time_point start;
+  const std::chrono::steady_clock::time_point deadline;
+  std::vector<ProcessIdentity> tree;  // the daemon's descendants before any signal (its MPS servers)
+  StopReport rep;
+};
+
+// Nothing of the daemon's tree may outlive it (a control daemon may die and
+// leave its servers, holding the GPU, behind): kills the rest; what it did,
+// or throws when something survives SIGKILL.
+std::string sweep_leftovers(Stopping& st) {
+  auto left = sweep_mps_processes(st.s, st.record, st.tree, std::max(st.deadline, st.s.clock.now()) + milliseconds(1000));
+  if (left.alive.empty()) return left.killed == 0 ? "" : fmt::format("killed {} leftover MPS process(es)", left.killed);
+  std::vector<std::string> pids;
+  for (pid_t p : left.alive) pids.push_back(std::to_string(p));
+  throw CudaMpsError(fmt::format("MPS process(es) {} of daemon '{}' survive SIGKILL; its record is kept in {}; the node needs attention",
+                                 join(pids, ","), st.record.name, st.store.root()));
+}
+
+StopReport finish_stop(Stopping& st, StopOutcome outcome) {
+  std::string swept = sweep_leftovers(st);
+  auto errors = remove_owned_directories(st.record);
+  st.store.remove(st.record.name);
+  st.rep.outcome = outcome;
+  std::vector<std::string> details;
+  if (!st.rep.detail.empty()) details.push_back(st.rep.detail);
+  if (!swept.empty()) details.push_back(swept);
+  if (!errors.empty()) details.push_back("could not remove " + join(errors, "; "));
+  st.rep.detail = join(details, "; ");
+  return st.rep;
+}
+
+// The recorded process is gone (or the pid names another): clean up, signal
+// nothing but leftovers of its tree, and say so.
+[[noreturn]] void clean_stale(Stopping& st, Liveness l) {
+  std::string swept = sweep_leftovers(st);
+  auto errors = remove_owned_directories(st.record);
+  st.store.remove(st.record.name);
+  throw StaleCudaMpsDaemonError(fmt::format(
+      "daemon '{}' (pid {}) is no longer running ({}); its record{} removed and nothing was signalled{}", st.record.name,
+      st.record.pid, to_string(l), errors.empty() ? " and directories were" : " was", swept.empty() ? "" : " but " + swept));
+}
+
+// `quit -t` through its own pipe, then SIGTERM, then SIGKILL, each
+// re-verified, in 60/30/10 % of the stop timeout.
+StopReport escalate_stop(Stopping& st, const ProcessIdentity& id) {
+  Services& s = st.s;
+  const auto quit_until = st.start + st.timeout * 6 / 10;
+  const auto term_until = st.start + st.timeout * 9 / 10;
+  MpsControl mps(s.runner, st.tools.mps_control, st.tools.driver_dir);
+  MpsEndpoint ep{st.record.pipe_directory, st.record.log_directory, st.record.uid, st.record.gid};
+  // A plain `quit` waits for every client; `quit -t` ends them after that
+  // many seconds, inside the time the quit phase has.
+  const long quit_seconds = std::max<long>(1, std::chrono::duration_cast<std::chrono::seconds>(st.timeout / 2).count());
+  CommandResult q = mps.send(ep, fmt::format("quit -t {}", quit_seconds), std::max(remaining(s.clock, quit_until), milliseconds(100)));
+  if (wait_gone(s, id, quit_until)) return finish_stop(st, StopOutcome::kQuit);
+  std::string quit_note = q.ok() ? "ignored quit" : "quit failed: " + q.describe();
+  if (s.signaller.send_verified(id, SIGTERM, s.proc) != Liveness::kLive || wait_gone(s, id, term_until)) {
+    st.rep.detail = quit_note;
+    return finish_stop(st, StopOutcome::kTerminated);
+  }
+  if (s.signaller.send_verified(id, SIGKILL, s.proc) != Liveness::kLive ||
+      wait_gone(s, id, std::max(st.deadline, s.clock.now() + milliseconds(1000)))) {
+    st.rep.detail = quit_note + ", ignored SIGTERM";
+    return finish_stop(st, StopOutcome::kKilled);
+  }
+  throw CudaMpsError(fmt::format(
+      "daemon '{}' (pid {}) is still alive after quit, SIGTERM and SIGKILL; its record is kept in {}; the node needs attention",
+      st.record.name, id.pid, st.store.root()));
+}
+
 }  // namespace
+
+DaemonDirectories daemon_directories(const std::string& base, const std::string& name) {
+  const std::string root = base + "/" + name;
+  return {root, root + "/" + kPipeLeaf, root + "/" + kLogLeaf};
+}
 
 std::string current_host() {
   char buf[256] = {};
@@ -275,102 +507,34 @@ std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
 }
 
 DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, const StartRequest& req) {
+  return start_daemon_until(s, tools, store, req, s.clock.now() + req.start_timeout);
+}
+
+DaemonRecord start_daemon_until(Services& s, const Tools& tools, RecordStore& store, const StartRequest& req,
+                                std::chrono::steady_clock::time_point deadline) {
   validate_request(req);
   if (store.read(req.name)) {
     throw CudaMpsError(fmt::format("a daemon named '{}' is already recorded; run `unilab-mps stop {}` first", req.name, req.name));
   }
-  Layout layout = prepare_directories(req);
-  MpsControl mps(s.runner, tools.mps_control, tools.driver_dir);
-  MpsEndpoint ep{layout.pipe, layout.log, req.uid, req.gid};
-
-  DaemonRecord rec;
-  rec.name = req.name;
-  rec.uid = req.uid;
-  rec.gid = req.gid;
-  rec.host = req.host;
-  rec.topology_mode = req.topology_mode;
-  rec.gpu_uuids = req.gpu_uuids;
-  rec.pipe_directory = layout.pipe;
-  rec.log_directory = layout.log;
-  rec.created_at = s.clock.wall_seconds();
-  rec.boot_id = s.proc.boot_id();
-  rec.state = "starting";
-  rec.job_id = req.job_id;
-  rec.slurm = req.slurm;
-  rec.limits = req.limits;
-  rec.owned_directories = layout.owned;
-  rec.containment = req.containment;
-
-  auto abandon = [&](const std::string& why, const std::optional<ProcessIdentity>& launched) -> CudaMpsError {
-    std::string tail = tail_suffix(layout.log, req.uid);
-    if (launched) {
-      kill_launched(s, *launched);
-    } else if (auto found = identify_daemon(layout.pipe, req.uid, s.proc, nullptr)) {
-      kill_launched(s, *found);
-    }
-    remove_owned_directories(rec);
-    try {
-      store.remove(req.name);
-    } catch (const CudaMpsError&) {
-    }
-    return CudaMpsError(why + tail);
-  };
-
-  if (mps.answers(ep)) {
-    // Someone else's daemon lives there: remove only what this call made.
-    DaemonRecord made = rec;
-    made.owned_directories = layout.created;
-    remove_owned_directories(made);
-    throw CudaMpsError(fmt::format("an MPS daemon already answers on {}; stop it or choose another pipe directory", layout.pipe));
-  }
-  try {
-    store.write(rec);  // "starting": from here on the daemon can always be found
-  } catch (const CudaMpsError& e) {
-    remove_owned_directories(rec);
-    throw;
-  }
-
-  const auto deadline = s.clock.now() + req.start_timeout;
-  CommandResult launched = mps.launch(ep, req.gpu_uuids, req.start_timeout);
-  if (!launched.ok()) {
-    std::string line = launched.first_output_line();
-    throw abandon(fmt::format("{} -d failed for daemon '{}' ({}){}{}", tools.mps_control, req.name, launched.describe(),
-                              line.empty() ? "" : ": ", line),
+  Starting st{s, tools, store, req, deadline, prepare_directories(req)};
+  claim(st);
+  launch(st);
+  if (!await_answer(st)) {
+    throw abandon(st, fmt::format("MPS daemon '{}' did not answer within {} ms (start_timeout); check its log in {}", req.name,
+                                  req.start_timeout.count(), st.layout.log),
                   std::nullopt);
   }
-  milliseconds step(10);
-  bool up = false;
-  while (true) {
-    milliseconds left = remaining(s.clock, deadline);
-    if (left.count() == 0) break;
-    if (mps.answers(ep, left)) {
-      up = true;
-      break;
-    }
-    s.clock.sleep_for(std::min(step, remaining(s.clock, deadline)));
-    // Capped low: a real daemon is up within a few hundred ms, and a later
-    // look wastes up to a whole step of every job's prolog (bench: ~120 ms
-    // per daemon with a 200 ms cap); each look costs one front-end run.
-    step = std::min(step * 2, milliseconds(40));
-  }
-  if (!up) {
-    throw abandon(fmt::format("MPS daemon '{}' did not answer within {} ms (start_timeout); check its log in {}", req.name,
-                              req.start_timeout.count(), layout.log),
-                  std::nullopt);
-  }
-  std::string why;
-  auto id = identify_daemon(layout.pipe, req.uid, s.proc, &why);
-  if (!id) throw abandon(fmt::format("cannot verify MPS daemon '{}': {}", req.name, why), std::nullopt);
-  rec.pid = id->pid;
-  rec.process_start_ticks = id->start_ticks;
-  rec.state = "running";
+  ProcessIdentity id = verify_started(st);
+  st.rec.pid = id.pid;
+  st.rec.process_start_ticks = id.start_ticks;
+  st.rec.state = RecordState::kRunning;
   try {
-    apply_limits(mps, ep, req);
-    store.write(rec);
+    apply_limits(st.mps, st.ep, req);
+    store.write(st.rec);
   } catch (const CudaMpsError& e) {
-    throw abandon(e.what(), id);
+    throw abandon(st, e.what(), id);
   }
-  return rec;
+  return st.rec;
 }
 
 void exec_foreground_daemon(const Tools& tools, const StartRequest& req) {
@@ -388,106 +552,86 @@ void exec_foreground_daemon(const Tools& tools, const StartRequest& req) {
 
 StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, const DaemonRecord& record,
                        milliseconds stop_timeout) {
-  StopReport rep;
-  rep.name = record.name;
-  rep.pid = record.pid;
-  const auto start = s.clock.now();
-  const auto deadline = start + stop_timeout;
-  std::vector<ProcessIdentity> tree;  // the daemon's descendants before any signal (its MPS servers)
-  // Nothing of the daemon's tree may outlive it (a control daemon may die
-  // and leave its servers, holding the GPU, behind): kill the rest first.
-  auto sweep = [&]() -> std::string {
-    auto left = sweep_mps_processes(s, record, tree, std::max(deadline, s.clock.now()) + milliseconds(1000));
-    if (left.alive.empty()) {
-      return left.killed == 0 ? "" : fmt::format("killed {} leftover MPS process(es)", left.killed);
-    }
-    std::vector<std::string> pids;
-    for (pid_t p : left.alive) pids.push_back(std::to_string(p));
-    throw CudaMpsError(fmt::format(
-        "MPS process(es) {} of daemon '{}' survive SIGKILL; its record is kept in {}; the node needs attention",
-        join(pids, ","), record.name, store.root()));
-  };
-  auto finish = [&](std::string outcome) {
-    std::string swept = sweep();
-    auto errors = remove_owned_directories(record);
-    store.remove(record.name);
-    rep.outcome = std::move(outcome);
-    std::vector<std::string> details;
-    if (!rep.detail.empty()) details.push_back(rep.detail);
-    if (!swept.empty()) details.push_back(swept);
-    if (!errors.empty()) details.push_back("could not remove " + join(errors, "; "));
-    rep.detail = join(details, "; ");
-    return rep;
-  };
-
+  Stopping st{s, tools, store, record, stop_timeout, s.clock.now(), s.clock.now() + stop_timeout, {}, {}};
+  st.rep.name = record.name;
+  st.rep.pid = record.pid;
   ProcessIdentity id = record.identity();
-  if (record.state == "starting") {
+  if (record.state == RecordState::kStarting) {
     auto found = recover_starting_identity(record, s.proc);
-    if (!found) return finish("not-started");
+    if (!found) return finish_stop(st, StopOutcome::kNotStarted);
     id = *found;
-    rep.pid = id.pid;
+    st.rep.pid = id.pid;
   }
-  Liveness l = check_identity(id, s.proc);
-  if (l != Liveness::kLive) {
-    std::string swept = sweep();
-    auto errors = remove_owned_directories(record);
-    store.remove(record.name);
-    throw StaleCudaMpsDaemonError(fmt::format(
-        "daemon '{}' (pid {}) is no longer running ({}); its record{} removed and nothing was signalled{}", record.name,
-        record.pid, to_string(l), errors.empty() ? " and directories were" : " was", swept.empty() ? "" : " but " + swept));
-  }
-  tree = descendants_of(id, s.proc);
-
-  const auto quit_until = start + stop_timeout * 6 / 10;
-  const auto term_until = start + stop_timeout * 9 / 10;
-  MpsControl mps(s.runner, tools.mps_control, tools.driver_dir);
-  MpsEndpoint ep{record.pipe_directory, record.log_directory, record.uid, record.gid};
-  // A plain `quit` waits for every client; `quit -t` ends them after that
-  // many seconds, inside the time the quit phase has.
-  const long quit_seconds = std::max<long>(1, std::chrono::duration_cast<std::chrono::seconds>(stop_timeout / 2).count());
-  CommandResult q = mps.send(ep, fmt::format("quit -t {}", quit_seconds), std::max(remaining(s.clock, quit_until), milliseconds(100)));
-  if (wait_gone(s, id, quit_until)) return finish("quit");
-  std::string quit_note = q.ok() ? "ignored quit" : "quit failed: " + q.describe();
-
-  if (s.signaller.send_verified(id, SIGTERM, s.proc) != Liveness::kLive || wait_gone(s, id, term_until)) {
-    rep.detail = quit_note;
-    return finish("terminated");
-  }
-  if (s.signaller.send_verified(id, SIGKILL, s.proc) != Liveness::kLive ||
-      wait_gone(s, id, std::max(deadline, s.clock.now() + milliseconds(1000)))) {
-    rep.detail = quit_note + ", ignored SIGTERM";
-    return finish("killed");
-  }
-  throw CudaMpsError(fmt::format(
-      "daemon '{}' (pid {}) is still alive after quit, SIGTERM and SIGKILL; its record is kept in {}; the node needs attention",
-      record.name, id.pid, store.root()));
+  if (Liveness l = check_identity(id, s.proc); l != Liveness::kLive) clean_stale(st, l);
+  st.tree = descendants_of(id, s.proc);
+  return escalate_stop(st, id);
 }
 
 StopAllResult stop_all_daemons(Services& s, const Tools& tools, RecordStore& store, uid_t uid, const std::string& host,
                                milliseconds stop_timeout) {
   StopAllResult out;
-  for (const auto& rec : store.list(uid, host).records) {
-    try {
-      out.stopped.push_back(stop_daemon(s, tools, store, rec, stop_timeout));
-    } catch (const StaleCudaMpsDaemonError& e) {
-      out.stopped.push_back({rec.name, rec.pid, "stale", e.what()});
-    } catch (const CudaMpsError& e) {
-      out.errors.push_back(e.what());
+  const auto records = store.list(uid, host).records;
+  const auto attempts = stop_daemons(s, tools, store, records, stop_timeout);
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (attempts[i].report) {
+      out.stopped.push_back(*attempts[i].report);
+    } else if (attempts[i].stale) {
+      out.stopped.push_back({records[i].name, records[i].pid, StopOutcome::kStale, attempts[i].error});
+    } else {
+      out.errors.push_back(attempts[i].error);
     }
   }
   return out;
 }
 
+std::vector<DaemonRecord> start_daemons(Services& s, const Tools& tools, RecordStore& store,
+                                        const std::vector<StartRequest>& requests, milliseconds stop_timeout) {
+  milliseconds timeout{0};
+  for (const auto& r : requests) timeout = std::max(timeout, r.start_timeout);
+  const auto deadline = s.clock.now() + timeout;
+  std::vector<std::optional<DaemonRecord>> started(requests.size());
+  auto errors = run_each_concurrently(requests.size(), [&](size_t i) {
+    started[i] = start_daemon_until(s, tools, store, requests[i], deadline);
+  });
+  const std::vector<std::string> failures = error_messages(errors);
+  std::vector<DaemonRecord> out;
+  for (auto& r : started) {
+    if (r) out.push_back(std::move(*r));
+  }
+  if (failures.empty()) return out;
+  stop_daemons(s, tools, store, out, stop_timeout);  // fail closed: nothing of a partial start stays
+  throw CudaMpsError(join(failures, "; "));
+}
+
+std::vector<StopAttempt> stop_daemons(Services& s, const Tools& tools, RecordStore& store,
+                                      const std::vector<DaemonRecord>& records, milliseconds stop_timeout) {
+  std::vector<StopAttempt> out(records.size());
+  const auto deadline = s.clock.now() + stop_timeout;  // one for all, however late a thread begins
+  auto errors = run_each_concurrently(records.size(), [&](size_t i) {
+    try {
+      out[i].report = stop_daemon(s, tools, store, records[i], std::max(remaining(s.clock, deadline), milliseconds(1)));
+    } catch (const StaleCudaMpsDaemonError& e) {
+      out[i].stale = true;
+      out[i].error = e.what();
+    }
+  });
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (errors[i]) out[i].error = error_messages({errors[i]}).front();
+  }
+  return out;
+}
+
 bool daemon_process_is_live(const DaemonRecord& record, ProcReader& proc) {
-  if (record.state == "starting") return false;
+  if (record.state == RecordState::kStarting) return false;
   return check_identity(record.identity(), proc) == Liveness::kLive;
 }
 
 nlohmann::json daemon_status(const DaemonRecord& record, ProcReader& proc) {
   nlohmann::json j = record.to_json();
-  Liveness l = record.state == "starting" ? Liveness::kGone : check_identity(record.identity(), proc);
+  const bool starting = record.state == RecordState::kStarting;
+  Liveness l = starting ? Liveness::kGone : check_identity(record.identity(), proc);
   j["live"] = l == Liveness::kLive;
-  j["liveness"] = record.state == "starting" ? "starting" : std::string(to_string(l));
+  j["liveness"] = std::string(starting ? to_string(record.state) : to_string(l));
   auto st = record.pid > 0 ? proc.stat(record.pid) : std::nullopt;
   j["observed_start_ticks"] = st ? nlohmann::json(st->start_ticks) : nlohmann::json(nullptr);
   return j;

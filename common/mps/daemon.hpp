@@ -53,14 +53,26 @@ struct SystemServices {
   SystemServices& operator=(const SystemServices&) = delete;
 };
 
+// A daemon's default directories: `<base>/<name>` (made for the daemon,
+// removed on stop) holding `pipe` and `log`. The one place that layout is
+// spelled; the Slurm side checks records against it.
+inline constexpr const char* kPipeLeaf = "pipe";
+inline constexpr const char* kLogLeaf = "log";
+struct DaemonDirectories {
+  std::string root;
+  std::string pipe;
+  std::string log;
+};
+DaemonDirectories daemon_directories(const std::string& base, const std::string& name);
+
 struct StartRequest {
   std::string name;
   uid_t uid = 0;
   gid_t gid = 0;
   std::string host;
-  std::string topology_mode;
+  TopologyMode topology_mode = TopologyMode::kSingle;
   std::vector<std::string> gpu_uuids;  // display form
-  // Default layout: `<base_directory>/<name>/{pipe,log}`, <name> created 0700
+  // Default layout: daemon_directories(base_directory, name), <name> created 0700
   // for the user and removed on stop. Explicit pipe/log directories replace it.
   std::string base_directory;
   std::optional<std::string> pipe_directory;
@@ -76,25 +88,47 @@ struct StartRequest {
 
 // Starts the daemon: refuses an existing record of that name, an over-long
 // socket path, unsafe directories, or a daemon already answering on the pipe
-// dir; creates the dirs 0700 for the user; writes a "starting" record first
+// dir; creates the dirs 0700 for the user; writes a starting record first
 // (crash safety), runs `mps_control -d` as the user with an environment built
 // from scratch, waits until it answers, verifies the pid file against /proc
 // (uid and pipe directory), applies limits, writes the final record. On any
 // failure it stops what it started, removes dirs and record, and throws
 // CudaMpsError with the daemon's own message and log tail.
 DaemonRecord start_daemon(Services& s, const Tools& tools, RecordStore& store, const StartRequest& req);
+// start_daemon with an absolute deadline in place of req.start_timeout (which
+// still names the limit in messages).
+DaemonRecord start_daemon_until(Services& s, const Tools& tools, RecordStore& store, const StartRequest& req,
+                                std::chrono::steady_clock::time_point deadline);
+
+// Starts every request at once (a thread each: a node's daemons start in
+// the time of one), all within one deadline, the requests' start_timeout
+// counted once from this call; the records in request order. When any start
+// fails (each undoes itself), every daemon that did start is stopped again,
+// concurrently, within `stop_timeout`, and CudaMpsError names each failure.
+// The one "start all or nothing" of the job prolog and the CLI. The
+// Services must be safe to use from several threads (the System* ones are).
+std::vector<DaemonRecord> start_daemons(Services& s, const Tools& tools, RecordStore& store,
+                                        const std::vector<StartRequest>& requests, std::chrono::milliseconds stop_timeout);
 
 // Runs the daemon in the foreground (`-f`) in place of this process, after
 // the same checks and directory setup; no record is written (nothing to stop
 // later: Ctrl-C ends it). Returns only on failure.
 [[noreturn]] void exec_foreground_daemon(const Tools& tools, const StartRequest& req);
 
+// How a stop ended: the daemon quit when asked, needed SIGTERM or SIGKILL,
+// was already gone (stale), or a "starting" record had no daemon.
+enum class StopOutcome { kQuit, kTerminated, kKilled, kStale, kNotStarted };
+inline constexpr StringTable<StopOutcome, 5> kStopOutcomeNames{{"quit", "terminated", "killed", "stale", "not-started"}};
+inline std::string_view to_string(StopOutcome o) { return kStopOutcomeNames.name(o); }
+
 struct StopReport {
   std::string name;
   pid_t pid = 0;
-  std::string outcome;  // quit | terminated | killed | stale | not-started
+  StopOutcome outcome = StopOutcome::kQuit;
   std::string detail;
-  nlohmann::json to_json() const { return {{"name", name}, {"pid", pid}, {"outcome", outcome}, {"detail", detail}}; }
+  nlohmann::json to_json() const {
+    return {{"name", name}, {"pid", pid}, {"outcome", std::string(to_string(outcome))}, {"detail", detail}};
+  }
 };
 
 // Stops only the daemon `record` proves: identity verified (uid, boot, pid,
@@ -107,12 +141,24 @@ struct StopReport {
 StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, const DaemonRecord& record,
                        std::chrono::milliseconds stop_timeout);
 
+// One stop of stop_daemons: a report, or the error (stale: the daemon was
+// already gone, StaleCudaMpsDaemonError's message).
+struct StopAttempt {
+  std::optional<StopReport> report;
+  std::string error;
+  bool stale = false;
+};
+// stop_daemon for every record at once (a thread each), so all of them end
+// within one `stop_timeout`; the attempts in record order.
+std::vector<StopAttempt> stop_daemons(Services& s, const Tools& tools, RecordStore& store,
+                                      const std::vector<DaemonRecord>& records, std::chrono::milliseconds stop_timeout);
+
 struct StopAllResult {
   std::vector<StopReport> stopped;
   std::vector<std::string> errors;  // one line each
   bool ok() const { return errors.empty(); }
 };
-// stop_daemon for every in-scope record (stale ones reported as "stale").
+// stop_daemons for every in-scope record (stale ones reported as "stale").
 StopAllResult stop_all_daemons(Services& s, const Tools& tools, RecordStore& store, uid_t uid,
                                const std::string& host, std::chrono::milliseconds stop_timeout);
 
@@ -139,7 +185,7 @@ std::vector<std::pair<std::string, std::string>> select_environment_for_gpu(cons
 DaemonRecord read_daemon_record(RecordStore& store, const std::optional<std::string>& name, uid_t uid,
                                 const std::string& host, ProcReader& proc);
 
-// Finds the daemon a "starting" record (pid 0) launched, from the pid file in
+// Finds the daemon a starting record (pid 0) launched, from the pid file in
 // its pipe directory, verified by uid and CUDA_MPS_PIPE_DIRECTORY in its
 // environment. nullopt when no such process exists.
 std::optional<ProcessIdentity> recover_starting_identity(const DaemonRecord& record, ProcReader& proc);

@@ -16,6 +16,10 @@
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/gpu.hpp"
+#include "common/mps/mps_pid_file.hpp"
+#include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -77,38 +81,6 @@ MpsEndpoint endpoint_for(const ProbeHost& host, const std::string& pipe_director
   return MpsEndpoint{pipe_directory, log && !log->empty() ? *log : std::string(kDefaultLogDirectory), host.uid, host.gid};
 }
 
-// The pid in `<pipe dir>/nvidia-cuda-mps-control.pid`, read only from a
-// directory owned by root or `uid` that nobody else can write (a pid planted
-// by another user proves nothing). nullopt with the reason in `why`.
-std::optional<pid_t> read_daemon_pid(const std::string& pipe_directory, uid_t uid, std::string* why) {
-  try {
-    Fd dir = open_trusted_dir(pipe_directory, uid);
-    auto text = read_file_at(dir.get(), kPidFileName, 64);
-    if (!text) {
-      *why = fmt::format("{}/{} does not exist", pipe_directory, kPidFileName);
-      return std::nullopt;
-    }
-    std::string_view t = *text;
-    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
-    pid_t pid = 0;
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
-    if (ec != std::errc() || p != t.data() + t.size() || pid <= 0) {
-      *why = fmt::format("{}/{} holds no pid", pipe_directory, kPidFileName);
-      return std::nullopt;
-    }
-    return pid;
-  } catch (const CudaMpsError& e) {
-    *why = e.what();
-    return std::nullopt;
-  }
-}
-
-std::optional<ProcStat> live_stat(ProcReader& proc, pid_t pid) {
-  auto st = proc.stat(pid);
-  if (!st || st->state == 'Z' || st->state == 'X' || st->state == 'x') return std::nullopt;
-  return st;
-}
-
 // Best effort: a device's UUID or nullopt, never an exception.
 std::optional<std::string> try_uuid(CudaDeviceResolver& devices, const std::optional<std::string>& device) {
   if (!device || !parse_cuda_device_index(*device)) return std::nullopt;
@@ -137,7 +109,7 @@ CudaProcessSharingEvidence record_ambient(const std::string& learner_device,
     ev.control_pipe = pipe + "/control";
     ev.control_pipe_kind = control_pipe_kind(*ev.control_pipe);
     std::string why;
-    if (auto pid = read_daemon_pid(pipe, host.uid, &why); pid && live_stat(host.proc, *pid)) ev.server_pid = *pid;
+    if (auto pid = read_mps_pid_file(pipe, host.uid, &why); pid && running_stat(host.proc, *pid)) ev.server_pid = *pid;
     // answers() runs the front end only when `control` is a socket.
     MpsControl control(runner, host.mps_control);
     ev.ambient_server = control.answers(endpoint_for(host, pipe), host.query_timeout);
@@ -251,12 +223,12 @@ pid_t require_own_daemon(CommandRunner& runner, const ProbeHost& host, const Con
                       printable(reason), kStartHint));
   }
   std::string why;
-  auto pid = read_daemon_pid(p.dir, host.uid, &why);
+  auto pid = read_mps_pid_file(p.dir, host.uid, &why);
   if (!pid) {
     unmet("an answering MPS control daemon",
           fmt::format("cannot tell which process answers on {}: {}; {}", printable(p.control), printable(why), kStartHint));
   }
-  auto st = live_stat(host.proc, *pid);
+  auto st = running_stat(host.proc, *pid);
   if (!st) {
     unmet("an answering MPS control daemon",
           fmt::format("pid {} from {}/{} is not running; {}", *pid, printable(p.dir), kPidFileName, kStartHint));

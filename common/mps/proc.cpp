@@ -183,14 +183,22 @@ std::string_view to_string(Liveness l) {
   return "unknown";
 }
 
+bool process_state_gone(char state) { return state == 'Z' || state == 'X' || state == 'x'; }
+
+std::optional<ProcStat> running_stat(ProcReader& proc, pid_t pid) {
+  auto st = proc.stat(pid);
+  if (!st || process_state_gone(st->state)) return std::nullopt;
+  return st;
+}
+
 Liveness check_identity(const ProcessIdentity& id, ProcReader& proc) {
   if (!id.boot_id.empty()) {
     std::string now = proc.boot_id();
     if (!now.empty() && now != id.boot_id) return Liveness::kOtherBoot;
   }
   if (id.pid <= 0) return Liveness::kGone;
-  auto st = proc.stat(id.pid);
-  if (!st || st->state == 'Z' || st->state == 'X' || st->state == 'x') return Liveness::kGone;
+  auto st = running_stat(proc, id.pid);
+  if (!st) return Liveness::kGone;
   if (st->start_ticks != id.start_ticks || st->uid != id.uid) return Liveness::kReused;
   return Liveness::kLive;
 }

@@ -16,10 +16,15 @@
 namespace unilab::mps {
 
 struct ProcStat {
-  char state = '?';           // field 3; 'Z'/'X' mean the process is gone
+  char state = '?';           // field 3; see process_state_gone
   uint64_t start_ticks = 0;   // field 22, clock ticks since boot
   uid_t uid = static_cast<uid_t>(-1);  // real uid (status "Uid:")
 };
+
+// Whether a process in this /proc state (stat field 3) is gone: 'Z' (a
+// zombie: exited, not yet reaped), 'X' or, before Linux 2.6.33, 'x' (dead).
+// The one answer to "has this process ended" for every caller.
+bool process_state_gone(char state);
 
 // Parses the content of /proc/PID/stat. The comm field may contain spaces and
 // ')' characters, so fields are counted after the LAST ')'. nullopt when the
@@ -61,6 +66,10 @@ class SystemProcReader final : public ProcReader {
  private:
   std::string root_;
 };
+
+// The stat of `pid` when that process exists and has not ended
+// (process_state_gone); nullopt otherwise.
+std::optional<ProcStat> running_stat(ProcReader& proc, pid_t pid);
 
 // Who a process is, as recorded when we started it.
 struct ProcessIdentity {

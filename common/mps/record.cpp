@@ -55,6 +55,14 @@ T field(const nlohmann::json& j, const char* key) {
   }
 }
 
+// A string field that must be one of the table's names.
+template <typename E, size_t N>
+E enum_field(const StringTable<E, N>& table, const nlohmann::json& j, const char* key) {
+  const std::string v = field<std::string>(j, key);
+  if (auto e = table.lookup(v)) return *e;
+  throw CudaMpsError(fmt::format("unknown {} '{}'", key, v));
+}
+
 }  // namespace
 
 std::string record_file_name(const std::string& name) { return name + ".json"; }
@@ -93,7 +101,7 @@ nlohmann::json DaemonRecord::to_json() const {
       {"uid", uid},
       {"gid", gid},
       {"host", host},
-      {"topology_mode", topology_mode},
+      {"topology_mode", std::string(to_string(topology_mode))},
       {"gpu_uuids", gpu_uuids},
       {"pipe_directory", pipe_directory},
       {"log_directory", log_directory},
@@ -101,7 +109,7 @@ nlohmann::json DaemonRecord::to_json() const {
       {"process_start_ticks", process_start_ticks},
       {"created_at", created_at},
       {"boot_id", boot_id},
-      {"state", state},
+      {"state", std::string(to_string(state))},
       {"job_id", job_id ? nlohmann::json(*job_id) : nlohmann::json(nullptr)},
       {"owned_directories", owned_directories},
   };
@@ -117,7 +125,7 @@ nlohmann::json DaemonRecord::to_json() const {
     }
     j["slurm"] = {{"job_id", slurm->job_id},
                   {"node", slurm->node},
-                  {"mode", slurm->mode},
+                  {"mode", std::string(to_string(slurm->mode))},
                   {"gres_indices", slurm->gres_indices},
                   {"node_gpus", gpus}};
   } else {
@@ -139,10 +147,7 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
   r.uid = field<uid_t>(j, "uid");
   r.gid = field<gid_t>(j, "gid");
   r.host = field<std::string>(j, "host");
-  r.topology_mode = field<std::string>(j, "topology_mode");
-  if (r.topology_mode != "single_gpu" && r.topology_mode != "single_task_multi_gpu" && r.topology_mode != "task_per_gpu") {
-    throw CudaMpsError(fmt::format("unknown topology_mode '{}'", r.topology_mode));
-  }
+  r.topology_mode = enum_field(kTopologyModeNames, j, "topology_mode");
   for (const auto& u : field<std::vector<std::string>>(j, "gpu_uuids")) r.gpu_uuids.push_back(display_gpu_uuid(u));
   if (r.gpu_uuids.empty()) throw CudaMpsError("field 'gpu_uuids' is empty");
   r.pipe_directory = field<std::string>(j, "pipe_directory");
@@ -154,9 +159,8 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
   r.process_start_ticks = field<uint64_t>(j, "process_start_ticks");
   r.created_at = field<double>(j, "created_at");
   r.boot_id = field<std::string>(j, "boot_id");
-  r.state = field<std::string>(j, "state");
-  if (r.state != "starting" && r.state != "running") throw CudaMpsError(fmt::format("unknown state '{}'", r.state));
-  if (r.state == "running" && r.pid <= 0) throw CudaMpsError("a running record needs a positive pid");
+  r.state = enum_field(kRecordStateNames, j, "state");
+  if (r.state == RecordState::kRunning && r.pid <= 0) throw CudaMpsError("a running record needs a positive pid");
   if (r.pid < 0) throw CudaMpsError("negative pid");
   if (j.contains("job_id") && !j.at("job_id").is_null()) r.job_id = field<std::string>(j, "job_id");
   for (const auto& d : field<std::vector<std::string>>(j, "owned_directories")) {
@@ -179,7 +183,7 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
     SlurmBinding b;
     b.job_id = field<std::string>(s, "job_id");
     b.node = field<std::string>(s, "node");
-    b.mode = field<std::string>(s, "mode");
+    b.mode = enum_field(kJobModeNames, s, "mode");
     b.gres_indices = field<std::vector<int>>(s, "gres_indices");
     for (const auto& g : field<nlohmann::json>(s, "node_gpus")) {
       NodeGpu n;

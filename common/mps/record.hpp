@@ -12,8 +12,29 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mps/proc.hpp"
+#include "common/mps/proc.hpp"
+#include "common/mps/string_table.hpp"
 
 namespace unilab::mps {
+
+// A record's `state`. kStarting: written before the daemon is launched, so
+// a crash between launch and the final record still leaves a way to find
+// the daemon (its pid is 0 then).
+enum class RecordState { kStarting, kRunning };
+inline constexpr StringTable<RecordState, 2> kRecordStateNames{{"starting", "running"}};
+inline std::string_view to_string(RecordState s) { return kRecordStateNames.name(s); }
+
+// How a Slurm job asked for its daemons: one per GPU (auto) or one for all
+// of its GPUs on the node (multi). Recorded as the binding's `mode`.
+enum class JobMode { kAuto, kMulti };
+inline constexpr StringTable<JobMode, 2> kJobModeNames{{"auto", "multi"}};
+inline std::string_view to_string(JobMode m) { return kJobModeNames.name(m); }
+
+// Which tasks a daemon serves (a record's `topology_mode`): one GPU; one
+// task using several GPUs; one task per GPU, each daemon serving one.
+enum class TopologyMode { kSingle, kSingleTaskMulti, kPerGpu };  // names unlike topology.hpp's constants (-Wshadow)
+inline constexpr StringTable<TopologyMode, 3> kTopologyModeNames{{"single_gpu", "single_task_multi_gpu", "task_per_gpu"}};
+inline std::string_view to_string(TopologyMode m) { return kTopologyModeNames.name(m); }
 
 // One GPU of a Slurm node, as the prolog mapped it: GRES index -> gres.conf
 // device file -> device minor -> nvidia-smi UUID.
@@ -30,7 +51,7 @@ struct NodeGpu {
 struct SlurmBinding {
   std::string job_id;
   std::string node;                 // SLURMD_NODENAME (hosts are shared in tests)
-  std::string mode;                 // auto | multi
+  JobMode mode = JobMode::kAuto;
   std::vector<int> gres_indices;    // the GPUs this daemon serves
   std::vector<NodeGpu> node_gpus;   // every GPU of the node in GRES order
   bool operator==(const SlurmBinding&) const = default;
@@ -65,17 +86,15 @@ struct DaemonRecord {
   uid_t uid = 0;
   gid_t gid = 0;
   std::string host;
-  std::string topology_mode;
+  TopologyMode topology_mode = TopologyMode::kSingle;
   std::vector<std::string> gpu_uuids;  // display form
   std::string pipe_directory;
   std::string log_directory;
-  pid_t pid = 0;                       // 0 while state == "starting"
+  pid_t pid = 0;                       // 0 while starting
   uint64_t process_start_ticks = 0;
   double created_at = 0;
   std::string boot_id;
-  // "starting": written before the daemon is launched, so a crash between
-  // launch and the final record still leaves a way to find the daemon.
-  std::string state = "running";
+  RecordState state = RecordState::kRunning;
   std::optional<std::string> job_id;
   std::optional<SlurmBinding> slurm;
   MpsLimits limits;

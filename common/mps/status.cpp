@@ -92,7 +92,7 @@ std::string short_list(const std::vector<std::string>& v) { return v.empty() ? "
 
 std::string render_daemon(const DaemonRecord& r, const nlohmann::json& state) {
   std::string out = fmt::format("  {:<24} pid {:<8} {:<10} {:<22} {}{}\n", r.name, r.pid, state["liveness"].get<std::string>(),
-                                r.topology_mode, short_list(r.gpu_uuids), r.job_id ? " job " + *r.job_id : "");
+                                to_string(r.topology_mode), short_list(r.gpu_uuids), r.job_id ? " job " + *r.job_id : "");
   out += fmt::format("  {:<24} pipe {}\n", "", r.pipe_directory);
   std::vector<std::string> l;
   if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
@@ -231,7 +231,7 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
   }
   for (const auto& r : listing.records) {
     bool live = daemon_process_is_live(r, s.proc);
-    if (r.state == "starting") {
+    if (r.state == RecordState::kStarting) {
       // Its starter stopped between launch and the final record: the daemon
       // it may have launched is found the way stop_daemon finds it.
       if (auto orphan = recover_starting_identity(r, s.proc)) {
@@ -245,7 +245,7 @@ DoctorReport doctor(Services& s, const Tools& tools, RecordStore& store, const s
     if (!live) {
       add("daemon " + r.name, CheckStatus::kWarn,
           fmt::format("recorded pid {} is not running (stale{}); `unilab-mps stop {}` cleans it", r.pid,
-                      r.state == "starting" ? ", crashed while starting" : "", r.name));
+                      r.state == RecordState::kStarting ? ", crashed while starting" : "", r.name));
     } else if (rep.plan) {
       for (const auto& g : rep.plan->gpus) {
         if (std::find(r.gpu_uuids.begin(), r.gpu_uuids.end(), g.uuid) != r.gpu_uuids.end()) {

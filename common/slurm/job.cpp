@@ -73,13 +73,13 @@ std::string disagreement(const DaemonRecord& r, const std::string& job_id, const
     // The prolog lays every daemon out as run_dir/<name>/{pipe,log} and owns
     // exactly run_dir/<name>. Anything else did not come from it, and root
     // must never remove, or send a daemon's commands to, what it names.
-    const std::string mine = *run_dir + "/" + r.name;
-    if (r.owned_directories != std::vector<std::string>{mine}) {
-      return fmt::format("its owned_directories [{}] are not exactly {}", join(r.owned_directories, ", "), mine);
+    const DaemonDirectories mine = daemon_directories(*run_dir, r.name);
+    if (r.owned_directories != std::vector<std::string>{mine.root}) {
+      return fmt::format("its owned_directories [{}] are not exactly {}", join(r.owned_directories, ", "), mine.root);
     }
-    if (r.pipe_directory != mine + "/pipe" || r.log_directory != mine + "/log") {
-      return fmt::format("its pipe/log directories {} and {} are not {}/pipe and {}/log", r.pipe_directory, r.log_directory, mine,
-                         mine);
+    if (r.pipe_directory != mine.pipe || r.log_directory != mine.log) {
+      return fmt::format("its pipe/log directories {} and {} are not {} and {}", r.pipe_directory, r.log_directory, mine.pipe,
+                         mine.log);
     }
   }
   return {};
@@ -117,16 +117,117 @@ DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const
   r.uid = job.uid;
   r.gid = job.gid;
   r.host = job.node;
-  r.topology_mode = kSingleGpu;
-  r.pipe_directory = cfg.run_dir + "/" + name + "/pipe";
-  r.log_directory = cfg.run_dir + "/" + name + "/log";
-  r.state = "starting";
+  r.topology_mode = TopologyMode::kSingle;
+  const DaemonDirectories dirs = daemon_directories(cfg.run_dir, name);
+  r.pipe_directory = dirs.pipe;
+  r.log_directory = dirs.log;
+  r.state = RecordState::kStarting;
   r.job_id = job.job_id;
-  r.owned_directories = {cfg.run_dir + "/" + name};
+  r.owned_directories = {dirs.root};
   return r;
 }
 
-// Stops and removes everything job `job` left on this node (see run_job_epilog).
+// A daemon the epilog stops: a trusted record, or a run-dir entry named for
+// the job that no trusted record covers (an orphan, with why it has no
+// usable record).
+struct CleanTarget {
+  DaemonRecord record;
+  bool orphan = false;
+  std::string record_note;      // orphans: "no record" or why the record is not trusted
+  bool had_record = false;      // orphans: an untrusted record file goes with the entry
+};
+
+// What a trusted record stops: the recorded daemon, or - when that process
+// is gone but a daemon of the job still serves its pipe directory under
+// another pid (the /proc proof of a "starting" record) - that one, since
+// the directories are about to be removed.
+CleanTarget trusted_target(Services& s, const DaemonRecord& r, EpilogOutcome& out) {
+  CleanTarget t{r, false, "", false};
+  if (r.state != RecordState::kStarting && check_identity(r.identity(), s.proc) != Liveness::kLive) {
+    if (auto found = recover_starting_identity(r, s.proc)) {
+      out.warnings.push_back(fmt::format("daemon {}: recorded pid {} is not it, but pid {} serves its pipe directory as uid {} "
+                                         "(pid file + /proc): stopping that one",
+                                         r.name, r.pid, found->pid, r.uid));
+      t.record.state = RecordState::kStarting;
+    }
+  }
+  return t;
+}
+
+// Entries of the run dir; a run dir others may write to (even sticky) could
+// hold entries named for this job that are not the prolog's: refused.
+std::vector<std::string> run_dir_entries(const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out) {
+  try {
+    if (Fd dir = open_trusted_dir_if_exists(cfg.run_dir, geteuid(), Leaf::kPrivate)) return list_dir(dir.get());
+  } catch (const CudaMpsError& e) {
+    out.errors.push_back(fmt::format("cannot look for leftovers of job {} in {}: {}", job.job_id, cfg.run_dir, e.what()));
+  }
+  return {};
+}
+
+// Run-dir entries of the job without a trusted record; their untrusted
+// records are taken out of `untrusted` (they go with the entry).
+void add_orphan_targets(const PluginConfig& cfg, const JobContext& job, const std::string& store_root,
+                        std::map<std::string, std::string>& untrusted, std::vector<CleanTarget>& targets, EpilogOutcome& out) {
+  std::set<std::string> covered;
+  for (const auto& t : targets) covered.insert(t.record.name);
+  const std::string ext = record_file_name("");
+  for (const auto& name : run_dir_entries(cfg, job, out)) {
+    if (covered.count(name) || !is_job_daemon_name(name, job.job_id, job.node)) continue;
+    CleanTarget t{orphan_record(cfg, job, name), true, "no record", false};
+    if (auto why = untrusted.find(name); why != untrusted.end()) {
+      t.record_note = fmt::format("record {}/{}{} not trusted: {}", store_root, name, ext, why->second);
+      t.had_record = true;
+      untrusted.erase(why);
+    }
+    targets.push_back(std::move(t));
+  }
+}
+
+void report_stop(const PluginConfig& cfg, const JobContext& job, const CleanTarget& t, const StopAttempt& a, EpilogOutcome& out) {
+  if (!a.report) {
+    if (!a.stale) {
+      out.errors.push_back(a.error);
+      return;
+    }
+    out.warnings.push_back(a.error);
+    if (!t.orphan) out.stopped.push_back({t.record.name, t.record.pid, StopOutcome::kStale, a.error});
+    return;
+  }
+  const StopReport& rep = *a.report;
+  const std::string removed = t.had_record ? " and record" : "";
+  if (t.orphan && rep.outcome == StopOutcome::kNotStarted) {
+    out.warnings.push_back(fmt::format("{}/{} of job {} ({}): no daemon runs there; directory{} removed", cfg.run_dir, t.record.name,
+                                       job.job_id, t.record_note, removed));
+  } else if (t.orphan) {
+    out.warnings.push_back(fmt::format("{}/{} of job {} ({}): its daemon pid {} (found through its pid file, verified "
+                                       "uid {} and pipe directory in /proc) stopped: {}; directory{} removed",
+                                       cfg.run_dir, t.record.name, job.job_id, t.record_note, rep.pid, job.uid, to_string(rep.outcome),
+                                       removed));
+  }
+  if (!rep.detail.empty()) {
+    out.warnings.push_back(t.orphan ? fmt::format("{}: {}", t.record.name, rep.detail)
+                                    : fmt::format("daemon {}: {}", t.record.name, rep.detail));
+  }
+  out.stopped.push_back(rep);
+}
+
+// Untrusted records without a run-dir entry: nothing of theirs can run.
+void remove_untrusted_records(RecordStore& store, const std::map<std::string, std::string>& untrusted, EpilogOutcome& out) {
+  const std::string ext = record_file_name("");
+  for (const auto& [name, reason] : untrusted) {
+    try {
+      store.remove_file(record_file_name(name));
+      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): never used to signal anything; removed", store.root(),
+                                         name, ext, reason));
+    } catch (const CudaMpsError& e) {
+      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): {}", store.root(), name, ext, reason, e.what()));
+    }
+  }
+}
+
+// Stops and removes everything job `job` left on this node (see
+// run_job_epilog): every daemon at once, within one stop_timeout.
 void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out) {
   RecordStore store = slurm_record_store(cfg);
   JobRecordScan scan;
@@ -137,79 +238,210 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
     out.errors.push_back(e.what());
     return;
   }
-  std::set<std::string> covered;
-  for (const auto& r : scan.trusted) {
-    covered.insert(r.name);
-    try {
-      DaemonRecord target = r;
-      if (r.state != "starting" && check_identity(r.identity(), s.proc) != Liveness::kLive) {
-        // The recorded process is gone, so its directories are about to be
-        // removed: first make sure no daemon of the job still serves them
-        // under another pid (the /proc proof of a "starting" record).
-        if (auto found = recover_starting_identity(r, s.proc)) {
-          out.warnings.push_back(fmt::format("daemon {}: recorded pid {} is not it, but pid {} serves its pipe directory as uid {} "
-                                             "(pid file + /proc): stopping that one",
-                                             r.name, r.pid, found->pid, r.uid));
-          target.state = "starting";
-        }
-      }
-      StopReport rep = stop_daemon(s, cfg.tools, store, target, cfg.stop_timeout);
-      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("daemon {}: {}", r.name, rep.detail));
-      out.stopped.push_back(std::move(rep));
-    } catch (const StaleCudaMpsDaemonError& e) {
-      out.warnings.push_back(e.what());
-      out.stopped.push_back({r.name, r.pid, "stale", e.what()});
-    } catch (const CudaMpsError& e) {
-      out.errors.push_back(e.what());
-    }
-  }
+  std::vector<CleanTarget> targets;
+  for (const auto& r : scan.trusted) targets.push_back(trusted_target(s, r, out));
   std::map<std::string, std::string> untrusted;  // daemon name -> reason
   const std::string ext = record_file_name("");
   for (const auto& p : scan.untrusted) untrusted[p.file.substr(0, p.file.size() - ext.size())] = p.reason;
+  add_orphan_targets(cfg, job, store.root(), untrusted, targets, out);
 
-  std::vector<std::string> entries;
-  try {
-    // A run dir others may write to (even sticky) could hold entries named
-    // for this job that are not the prolog's: refused, never cleaned.
-    if (Fd dir = open_trusted_dir_if_exists(cfg.run_dir, geteuid(), Leaf::kPrivate)) entries = list_dir(dir.get());
-  } catch (const CudaMpsError& e) {
-    out.errors.push_back(fmt::format("cannot look for leftovers of job {} in {}: {}", job.job_id, cfg.run_dir, e.what()));
-  }
-  for (const auto& name : entries) {
-    if (covered.count(name) || !is_job_daemon_name(name, job.job_id, job.node)) continue;
-    auto why = untrusted.find(name);
-    std::string record_note = why == untrusted.end() ? "no record"
-                                                     : fmt::format("record {}/{}{} not trusted: {}", store.root(), name, ext, why->second);
-    try {
-      StopReport rep = stop_daemon(s, cfg.tools, store, orphan_record(cfg, job, name), cfg.stop_timeout);
-      if (rep.outcome == "not-started") {
-        out.warnings.push_back(fmt::format("{}/{} of job {} ({}): no daemon runs there; directory{} removed", cfg.run_dir, name,
-                                           job.job_id, record_note, why == untrusted.end() ? "" : " and record"));
-      } else {
-        out.warnings.push_back(fmt::format("{}/{} of job {} ({}): its daemon pid {} (found through its pid file, verified "
-                                           "uid {} and pipe directory in /proc) stopped: {}; directory{} removed",
-                                           cfg.run_dir, name, job.job_id, record_note, rep.pid, job.uid, rep.outcome,
-                                           why == untrusted.end() ? "" : " and record"));
-      }
-      if (!rep.detail.empty()) out.warnings.push_back(fmt::format("{}: {}", name, rep.detail));
-      out.stopped.push_back(std::move(rep));
-    } catch (const StaleCudaMpsDaemonError& e) {
-      out.warnings.push_back(e.what());
-    } catch (const CudaMpsError& e) {
-      out.errors.push_back(e.what());
-    }
-    if (why != untrusted.end()) untrusted.erase(why);
-  }
-  // Untrusted records without a run-dir entry: nothing of theirs can run.
-  for (const auto& [name, reason] : untrusted) {
-    try {
-      store.remove_file(record_file_name(name));
-      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): never used to signal anything; removed", store.root(),
-                                         name, ext, reason));
-    } catch (const CudaMpsError& e) {
-      out.warnings.push_back(fmt::format("record {}/{}{} not trusted ({}): {}", store.root(), name, ext, reason, e.what()));
+  std::vector<DaemonRecord> records;
+  for (const auto& t : targets) records.push_back(t.record);
+  const auto attempts = stop_daemons(s, cfg.tools, store, records, cfg.stop_timeout);
+  for (size_t i = 0; i < targets.size(); ++i) report_stop(cfg, job, targets[i], attempts[i], out);
+  remove_untrusted_records(store, untrusted, out);
+}
+
+// The node's GPUs in GRES order (the one nvidia-smi call of the job),
+// after checking that every GRES index of the job is one of them.
+std::vector<NodeGpu> job_node_gpus(Services& s, const PluginConfig& cfg, const JobContext& job, const std::vector<int>& job_gpus) {
+  GresConf conf = parse_gres_conf(read_gres_conf(gres_conf_path(cfg, job.slurm_conf)), job.node);
+  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools.nvidia_smi, cfg.tools.driver_dir);  // the one nvidia-smi call
+  std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus);
+  for (int idx : job_gpus) {
+    if (idx < 0 || static_cast<size_t>(idx) >= node_gpus.size()) {
+      throw CudaMpsError(fmt::format("SLURM_JOB_GPUS names GRES index {} but gres.conf lists {} GPU(s) for node {}", idx,
+                                     node_gpus.size(), job.node));
     }
   }
+  std::vector<std::string> job_uuids;
+  for (int idx : job_gpus) job_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
+  require_gpus_suit_mps(gpus, job_uuids);  // Prohibited or MIG: refused now, not CUDA error 805 in the job
+  return node_gpus;
+}
+
+// One daemon per job GPU (auto) or one for all of them (multi).
+std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobContext& job, const JobRequest& req,
+                                             const std::vector<int>& job_gpus, const std::vector<NodeGpu>& node_gpus,
+                                             const std::optional<ContainmentPlan>& plan) {
+  std::vector<std::vector<int>> groups;
+  if (req.mode == JobMode::kMulti) {
+    groups.push_back(job_gpus);
+  } else {
+    for (int idx : job_gpus) groups.push_back({idx});
+  }
+  std::vector<StartRequest> out;
+  for (const auto& group : groups) {
+    StartRequest sr;
+    sr.name = job_daemon_name(job.job_id, job.node, req.mode == JobMode::kMulti ? "multi" : fmt::format("gpu{}", group[0]));
+    sr.uid = job.uid;
+    sr.gid = job.gid;
+    sr.host = job.node;
+    sr.topology_mode = group.size() > 1     ? TopologyMode::kSingleTaskMulti
+                       : groups.size() > 1 ? TopologyMode::kPerGpu
+                                           : TopologyMode::kSingle;
+    for (int idx : group) sr.gpu_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
+    sr.base_directory = cfg.run_dir;
+    sr.job_id = job.job_id;
+    sr.slurm = SlurmBinding{job.job_id, job.node, req.mode, group, node_gpus};
+    sr.limits = req.limits;
+    sr.containment = plan;
+    sr.private_fs = cfg.dir_size;
+    sr.start_timeout = cfg.start_timeout;
+    out.push_back(std::move(sr));
+  }
+  return out;
+}
+
+// Moves the started daemons into the job's cgroup (or arranges that they
+// join it once Slurm creates it); the line to log, or CudaMpsError.
+std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, const ContainmentPlan& plan,
+                                const std::vector<DaemonRecord>& started) {
+  std::vector<ProcessIdentity> ids;
+  for (const auto& r : started) ids.push_back(r.identity());
+  bool deferred = false;
+  auto errors = contain_daemons(plan, job.node, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
+  if (!errors.empty()) {
+    throw CudaMpsError(fmt::format("cannot move job {}'s MPS daemons into the job's cgroup: {}", job.job_id, join(errors, "; ")));
+  }
+  return deferred ? fmt::format("daemons of job {} join cgroup {} once Slurm creates it (tasks wait for that)", job.job_id,
+                                plan.job_cgroup)
+                  : fmt::format("daemons of job {} are in cgroup {}", job.job_id, plan.job_cgroup);
+}
+
+// The task path found no record of the job on this node: why, for the user.
+[[noreturn]] void refuse_no_records(const TaskContext& task) {
+  // Tasks of an srun-created allocation have SLURM_STEP_GPUS but no
+  // SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES proves nothing (the user's
+  // environment can carry one).
+  if (parse_gpu_index_list(task.job_gpus.value_or("")).empty() && parse_gpu_index_list(task.step_gpus.value_or("")).empty()) {
+    throw CudaMpsError(fmt::format("--unilab-mps needs GPUs, but job {} has none on node {}; request them with --gres=gpu:N or --gpus=N",
+                                   task.job_id, task.node));
+  }
+  throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}: the job prolog failed there (the slurmd log "
+                                 "says why after 'unilab-mps: job {} prolog failed'), or --unilab-mps was given only to srun; "
+                                 "give it to sbatch/salloc (the allocation)",
+                                 task.job_id, task.node, task.job_id));
+}
+
+// The node's GPU device files this task may open; device constraint is
+// active when some of them is denied.
+struct VisibleDevices {
+  std::vector<const NodeGpu*> allowed;
+  bool constrained = false;
+};
+
+VisibleDevices visible_devices(const std::vector<NodeGpu>& node_gpus, DeviceAccess& devices) {
+  VisibleDevices v;
+  for (const auto& g : node_gpus) {
+    if (devices.denied(g.device)) {
+      v.constrained = true;
+    } else {
+      v.allowed.push_back(&g);
+    }
+  }
+  return v;
+}
+
+// The GRES index one CUDA_VISIBLE_DEVICES entry set by Slurm names.
+int gres_index_of_entry(const std::string& e, const TaskContext& task, const std::vector<NodeGpu>& node_gpus,
+                        const VisibleDevices& vis) {
+  if (looks_like_gpu_uuid(e)) {  // already rewritten (nested step): map back by UUID
+    auto it = std::find_if(node_gpus.begin(), node_gpus.end(),
+                           [&](const auto& g) { return canonicalize_gpu_uuid(g.uuid) == canonicalize_gpu_uuid(e); });
+    if (it == node_gpus.end()) throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES entry {} is not a GPU of node {}", e, task.node));
+    return it->gres_index;
+  }
+  int n = -1;
+  auto [p, ec] = std::from_chars(e.data(), e.data() + e.size(), n);
+  if (ec != std::errc() || p != e.data() + e.size() || n < 0) {
+    throw CudaMpsError(fmt::format("cannot interpret CUDA_VISIBLE_DEVICES entry '{}' set by Slurm", e));
+  }
+  if (!vis.constrained) return n;
+  if (static_cast<size_t>(n) >= vis.allowed.size()) {
+    throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES entry {} exceeds the {} GPU device(s) this task may open", n,
+                                   vis.allowed.size()));
+  }
+  return vis.allowed[static_cast<size_t>(n)]->gres_index;
+}
+
+// The task's GPUs as GRES indices, each once, in the order Slurm gave them.
+std::vector<int> task_gpu_indices(const TaskContext& task, const std::vector<NodeGpu>& node_gpus, const VisibleDevices& vis) {
+  std::vector<int> out;
+  auto add = [&](int idx) {
+    if (std::find(out.begin(), out.end(), idx) == out.end()) out.push_back(idx);
+  };
+  const std::optional<std::string>& cvd = task.cuda_visible_devices;
+  if (cvd && !cvd->empty()) {
+    for (const auto& e : split_mask(*cvd)) add(gres_index_of_entry(e, task, node_gpus, vis));
+  } else if (vis.constrained) {
+    for (const auto* g : vis.allowed) add(g->gres_index);
+  } else {
+    for (int n : parse_gpu_index_list(task.step_gpus && !task.step_gpus->empty() ? *task.step_gpus : task.job_gpus.value_or(""))) {
+      add(n);
+    }
+  }
+  if (out.empty()) {
+    throw CudaMpsError(fmt::format("this task of job {} has no GPU on node {}; request GPUs for the step (e.g. --gres=gpu:1)",
+                                   task.job_id, task.node));
+  }
+  return out;
+}
+
+// The UUIDs of the task's GPUs, each of which must be one of the job's.
+std::vector<std::string> task_gpu_uuids(const std::vector<DaemonRecord>& records, const TaskContext& task,
+                                        const std::vector<int>& task_gpus) {
+  std::set<int> job_set;
+  for (const auto& r : records) job_set.insert(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end());
+  const std::vector<NodeGpu>& node_gpus = records.front().slurm->node_gpus;
+  std::vector<std::string> uuids;
+  for (int idx : task_gpus) {
+    if (!job_set.count(idx)) {
+      throw CudaMpsError(fmt::format("the task's GPU (GRES index {}) is not one of job {}'s GPUs on node {}", idx, task.job_id,
+                                     task.node));
+    }
+  }
+  for (int idx : task_gpus) {
+    auto it = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const auto& g) { return g.gres_index == idx; });
+    if (it == node_gpus.end()) throw CudaMpsError(fmt::format("GRES index {} is missing from job {}'s GPU table", idx, task.job_id));
+    uuids.push_back(it->uuid);
+  }
+  return uuids;
+}
+
+// The record whose GPUs are exactly the task's (the last such), or null.
+const DaemonRecord* daemon_serving(const std::vector<DaemonRecord>& records, const std::vector<int>& task_gpus) {
+  std::set<int> want(task_gpus.begin(), task_gpus.end());
+  const DaemonRecord* hit = nullptr;
+  for (const auto& r : records) {
+    if (std::set<int>(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end()) == want) hit = &r;
+  }
+  return hit;
+}
+
+// No daemon serves exactly the task's GPUs: the option or binding that would.
+[[noreturn]] void refuse_no_daemon(const std::vector<DaemonRecord>& records, const std::vector<int>& task_gpus) {
+  if (records.front().slurm->mode == JobMode::kMulti) {
+    std::set<int> job_set;
+    for (const auto& r : records) job_set.insert(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end());
+    throw CudaMpsError(fmt::format("this task uses GPU(s) {} but --unilab-mps=multi runs one daemon for all of the job's GPUs "
+                                   "on the node ({}); use --unilab-mps (one daemon per GPU) with --gpus-per-task=1, or give "
+                                   "every task all the GPUs",
+                                   describe_indices(task_gpus), describe_indices(std::vector<int>(job_set.begin(), job_set.end()))));
+  }
+  throw CudaMpsError(fmt::format("this task uses {} GPUs ({}) but --unilab-mps runs one daemon per GPU; use --unilab-mps=multi "
+                                 "for multi-GPU tasks, or --gpus-per-task=1",
+                                 task_gpus.size(), describe_indices(task_gpus)));
 }
 
 }  // namespace
@@ -246,7 +478,7 @@ std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginCo
   auto mode = env(spank_option_env_name("unilab-mps").c_str());
   if (!mode) return std::nullopt;
   JobRequest req;
-  req.mode = parse_mode(mode->c_str());
+  req.mode = *kJobModeNames.lookup(parse_mode(mode->c_str()));
   auto raw_threads = env(spank_option_env_name("unilab-mps-threads").c_str());
   if (auto t = spank_option_value(raw_threads ? raw_threads->c_str() : nullptr)) {
     req.limits.active_thread_percentage = parse_thread_percentage(*t, cfg.max_threads);
@@ -314,18 +546,7 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
     out.note = fmt::format("job {} asked for MPS but has no GPU on node {}: nothing started", job.job_id, job.node);
     return out;
   }
-  GresConf conf = parse_gres_conf(read_gres_conf(gres_conf_path(cfg, job.slurm_conf)), job.node);
-  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools.nvidia_smi, cfg.tools.driver_dir);  // the one nvidia-smi call
-  std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus);
-  for (int idx : job_gpus) {
-    if (idx < 0 || static_cast<size_t>(idx) >= node_gpus.size()) {
-      throw CudaMpsError(fmt::format("SLURM_JOB_GPUS names GRES index {} but gres.conf lists {} GPU(s) for node {}", idx,
-                                     node_gpus.size(), job.node));
-    }
-  }
-  std::vector<std::string> job_uuids;
-  for (int idx : job_gpus) job_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
-  require_gpus_suit_mps(gpus, job_uuids);  // Prohibited or MIG: refused now, not CUDA error 805 in the job
+  std::vector<NodeGpu> node_gpus = job_node_gpus(s, cfg, job, job_gpus);
   RecordStore store = slurm_record_store(cfg);
   // A requeued job keeps its id: clear what an interrupted earlier run left.
   EpilogOutcome earlier;
@@ -337,50 +558,15 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
   // Decided before anything starts: a node that constrains devices but
   // cannot put the daemon in the job refuses the job here.
   std::optional<ContainmentPlan> plan = job_containment_plan(cfg, job);
-  std::vector<std::vector<int>> groups;
-  if (req.mode == "multi") {
-    groups.push_back(job_gpus);
-  } else {
-    for (int idx : job_gpus) groups.push_back({idx});
-  }
-  try {
-    for (const auto& group : groups) {
-      StartRequest sr;
-      sr.name = job_daemon_name(job.job_id, job.node, req.mode == "multi" ? "multi" : fmt::format("gpu{}", group[0]));
-      sr.uid = job.uid;
-      sr.gid = job.gid;
-      sr.host = job.node;
-      sr.topology_mode = group.size() > 1 ? kSingleTaskMultiGpu : (groups.size() > 1 ? kTaskPerGpu : kSingleGpu);
-      for (int idx : group) sr.gpu_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
-      sr.base_directory = cfg.run_dir;
-      sr.job_id = job.job_id;
-      sr.slurm = SlurmBinding{job.job_id, job.node, req.mode, group, node_gpus};
-      sr.limits = req.limits;
-      sr.containment = plan;
-      sr.private_fs = cfg.dir_size;
-      sr.start_timeout = cfg.start_timeout;
-      out.started.push_back(start_daemon(s, cfg.tools, store, sr));
+  auto requests = job_start_requests(cfg, job, req, job_gpus, node_gpus, plan);
+  out.started = start_daemons(s, cfg.tools, store, requests, cfg.stop_timeout);
+  if (plan) {
+    try {
+      out.warnings.push_back(contain_job_daemons(cfg, job, *plan, out.started));
+    } catch (const CudaMpsError&) {
+      stop_daemons(s, cfg.tools, store, out.started, cfg.stop_timeout);
+      throw;
     }
-    if (plan) {
-      std::vector<ProcessIdentity> ids;
-      for (const auto& r : out.started) ids.push_back(r.identity());
-      bool deferred = false;
-      auto errors = contain_daemons(*plan, job.node, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
-      if (!errors.empty()) {
-        throw CudaMpsError(fmt::format("cannot move job {}'s MPS daemons into the job's cgroup: {}", job.job_id, join(errors, "; ")));
-      }
-      out.warnings.push_back(deferred ? fmt::format("daemons of job {} join cgroup {} once Slurm creates it (tasks wait for that)",
-                                                    job.job_id, plan->job_cgroup)
-                                      : fmt::format("daemons of job {} are in cgroup {}", job.job_id, plan->job_cgroup));
-    }
-  } catch (const CudaMpsError&) {
-    for (const auto& r : out.started) {
-      try {
-        stop_daemon(s, cfg.tools, store, r, cfg.stop_timeout);
-      } catch (const CudaMpsError&) {
-      }
-    }
-    throw;
   }
   return out;
 }
@@ -403,112 +589,23 @@ bool SystemDeviceAccess::denied(const std::string& device) {
 
 TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& records, const TaskContext& task,
                                          DeviceAccess& devices, ProcReader& proc, bool require_daemon) {
-  if (records.empty()) {
-    // Tasks of an srun-created allocation have SLURM_STEP_GPUS but no
-    // SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES proves nothing (the user's
-    // environment can carry one).
-    if (parse_gpu_index_list(task.job_gpus.value_or("")).empty() && parse_gpu_index_list(task.step_gpus.value_or("")).empty()) {
-      throw CudaMpsError(fmt::format("--unilab-mps needs GPUs, but job {} has none on node {}; request them with --gres=gpu:N or --gpus=N",
-                                     task.job_id, task.node));
-    }
-    throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}: the job prolog failed there (the slurmd log "
-                                   "says why after 'unilab-mps: job {} prolog failed'), or --unilab-mps was given only to srun; "
-                                   "give it to sbatch/salloc (the allocation)",
-                                   task.job_id, task.node, task.job_id));
-  }
+  if (records.empty()) refuse_no_records(task);
   for (const auto& r : records) {
     if (!r.slurm) throw CudaMpsError(fmt::format("record {} of job {} has no Slurm binding; it is not the plugin's", r.name, task.job_id));
   }
   const std::vector<NodeGpu>& node_gpus = records.front().slurm->node_gpus;
-  std::set<int> job_set;
-  for (const auto& r : records) job_set.insert(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end());
-
-  // Device constraint is active when some GPU device file of the node is denied.
-  std::vector<const NodeGpu*> allowed;
-  bool constrained = false;
-  for (const auto& g : node_gpus) {
-    if (devices.denied(g.device)) {
-      constrained = true;
-    } else {
-      allowed.push_back(&g);
-    }
-  }
-  std::vector<int> task_gpus;
-  auto add = [&](int idx) {
-    if (std::find(task_gpus.begin(), task_gpus.end(), idx) == task_gpus.end()) task_gpus.push_back(idx);
-  };
-  std::optional<std::string> cvd = task.cuda_visible_devices;
-  if (cvd && !cvd->empty()) {
-    for (const auto& e : split_mask(*cvd)) {
-      if (looks_like_gpu_uuid(e)) {  // already rewritten (nested step): map back by UUID
-        auto it = std::find_if(node_gpus.begin(), node_gpus.end(),
-                               [&](const auto& g) { return canonicalize_gpu_uuid(g.uuid) == canonicalize_gpu_uuid(e); });
-        if (it == node_gpus.end()) throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES entry {} is not a GPU of node {}", e, task.node));
-        add(it->gres_index);
-        continue;
-      }
-      int n = -1;
-      auto [p, ec] = std::from_chars(e.data(), e.data() + e.size(), n);
-      if (ec != std::errc() || p != e.data() + e.size() || n < 0) {
-        throw CudaMpsError(fmt::format("cannot interpret CUDA_VISIBLE_DEVICES entry '{}' set by Slurm", e));
-      }
-      if (constrained) {
-        if (static_cast<size_t>(n) >= allowed.size()) {
-          throw CudaMpsError(fmt::format("CUDA_VISIBLE_DEVICES entry {} exceeds the {} GPU device(s) this task may open", n,
-                                         allowed.size()));
-        }
-        add(allowed[static_cast<size_t>(n)]->gres_index);
-      } else {
-        add(n);
-      }
-    }
-  } else if (constrained) {
-    for (const auto* g : allowed) add(g->gres_index);
-  } else {
-    auto list = parse_gpu_index_list(task.step_gpus && !task.step_gpus->empty() ? *task.step_gpus : task.job_gpus.value_or(""));
-    for (int n : list) add(n);
-  }
-  if (task_gpus.empty()) {
-    throw CudaMpsError(fmt::format("this task of job {} has no GPU on node {}; request GPUs for the step (e.g. --gres=gpu:1)",
-                                   task.job_id, task.node));
-  }
-  for (int idx : task_gpus) {
-    if (!job_set.count(idx)) {
-      throw CudaMpsError(fmt::format("the task's GPU (GRES index {}) is not one of job {}'s GPUs on node {}", idx, task.job_id,
-                                     task.node));
-    }
-  }
-  std::vector<std::string> uuids;
-  for (int idx : task_gpus) {
-    auto it = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const auto& g) { return g.gres_index == idx; });
-    if (it == node_gpus.end()) throw CudaMpsError(fmt::format("GRES index {} is missing from job {}'s GPU table", idx, task.job_id));
-    uuids.push_back(it->uuid);
-  }
+  const std::vector<int> task_gpus = task_gpu_indices(task, node_gpus, visible_devices(node_gpus, devices));
+  const std::vector<std::string> uuids = task_gpu_uuids(records, task, task_gpus);
   TaskEnvironment env;
   env.gres_indices = task_gpus;
-  std::set<int> want(task_gpus.begin(), task_gpus.end());
-  const DaemonRecord* hit = nullptr;
-  for (const auto& r : records) {
-    if (std::set<int>(r.slurm->gres_indices.begin(), r.slurm->gres_indices.end()) == want) hit = &r;
-  }
+  const DaemonRecord* hit = daemon_serving(records, task_gpus);
   if (hit == nullptr && !require_daemon) {
     env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")}};
     env.note = fmt::format("no single daemon serves GPU(s) {}; the job's sruns bind each task to its daemon",
                            describe_indices(task_gpus));
     return env;
   }
-  if (hit == nullptr) {
-    const std::string& mode = records.front().slurm->mode;
-    if (mode == "multi") {
-      throw CudaMpsError(fmt::format("this task uses GPU(s) {} but --unilab-mps=multi runs one daemon for all of the job's GPUs "
-                                     "on the node ({}); use --unilab-mps (one daemon per GPU) with --gpus-per-task=1, or give "
-                                     "every task all the GPUs",
-                                     describe_indices(task_gpus), describe_indices(std::vector<int>(job_set.begin(), job_set.end()))));
-    }
-    throw CudaMpsError(fmt::format("this task uses {} GPUs ({}) but --unilab-mps runs one daemon per GPU; use --unilab-mps=multi "
-                                   "for multi-GPU tasks, or --gpus-per-task=1",
-                                   task_gpus.size(), describe_indices(task_gpus)));
-  }
+  if (hit == nullptr) refuse_no_daemon(records, task_gpus);
   if (!daemon_process_is_live(*hit, proc)) {
     throw CudaMpsError(fmt::format("the MPS daemon of job {} for GPU(s) {} (pid {}) is no longer running; see {}/control.log",
                                    task.job_id, describe_indices(task_gpus), hit->pid, hit->log_directory));

@@ -35,7 +35,7 @@ JobContext job_context_from_env(const Getenv& env);
 
 // The job's request as the option(s) carried it.
 struct JobRequest {
-  std::string mode = "auto";  // auto | multi
+  JobMode mode = JobMode::kAuto;
   MpsLimits limits;
 };
 

@@ -27,7 +27,7 @@ void report_started(const PrologOutcome& out, const JobContext& job, const HookL
 }
 
 void report_stopped(const EpilogOutcome& out, const JobContext& job, const HookLog& log) {
-  for (const auto& r : out.stopped) log.info(fmt::format("job {}: daemon {} (pid {}): {}", job.job_id, r.name, r.pid, r.outcome));
+  for (const auto& r : out.stopped) log.info(fmt::format("job {}: daemon {} (pid {}): {}", job.job_id, r.name, r.pid, to_string(r.outcome)));
   for (const auto& w : out.warnings) log.info(fmt::format("job {} epilog: {}", job.job_id, w));
   for (const auto& e : out.errors) log.error(fmt::format("job {} epilog failed: {}", job.job_id, e));
 }

@@ -100,7 +100,7 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
   }
   // The longest pipe path we create must fit a UNIX socket address:
   // <run_dir>/job<id>.<node>.gpuNN/pipe/control_privileged with generous id/node room.
-  check_control_path_length(cfg.run_dir + "/job0000000000.nodename-0000000000000000.gpu000/pipe");
+  check_control_path_length(daemon_directories(cfg.run_dir, "job0000000000.nodename-0000000000000000.gpu000").pipe);
   return cfg;
 }
 
@@ -123,10 +123,9 @@ std::optional<std::string> spank_option_value(const char* value) {
 
 std::string parse_mode(const char* value) {
   auto given = spank_option_value(value);
-  if (!given) return "auto";
+  if (!given || given->empty()) return std::string(to_string(JobMode::kAuto));
   const std::string& v = *given;
-  if (v.empty() || v == "auto") return "auto";
-  if (v == "multi") return "multi";
+  if (kJobModeNames.lookup(v)) return v;
   std::string shown = v.size() > 40 ? v.substr(0, 40) + "..." : v;
   for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
   throw CudaMpsError(fmt::format("invalid --unilab-mps value '{}': use --unilab-mps (one daemon per GPU) or --unilab-mps=multi "

@@ -202,9 +202,10 @@ helpers_part() {
   chmod 666 "$STAGE/launches"
   cat >"$STAGE/mps-second-fails" <<EOF
 #!/bin/sh
-# Test wrapper: the second \`-d\` fails, everything else is the fake.
+# Test wrapper: the second \`-d\` fails, everything else is the fake. The
+# prolog starts a job's daemons at once: the count is taken under a lock.
 if [ "\$1" = -d ]; then
-  n=\$((\$(cat $STAGE/launches) + 1)); echo \$n >$STAGE/launches
+  n=\$(flock $STAGE/launches sh -c 'n=\$((\$(cat $STAGE/launches) + 1)); echo \$n >$STAGE/launches; echo \$n')
   if [ \$n -eq 2 ]; then echo "second daemon refused (test wrapper)" >&2; exit 1; fi
 fi
 exec $FAKES/nvidia-cuda-mps-control "\$@"

@@ -199,6 +199,7 @@ class Daemon {
 
     listen_at_ = started + std::chrono::milliseconds(cfg_.get_ms("mps_start_delay_ms"));
     if (const long ms = cfg_.get_ms("mps_die_after_ms"); ms > 0) die_at_ = started + std::chrono::milliseconds(ms);
+    if (const long ms = cfg_.get_ms("mps_pid_file_delay_ms"); ms > 0) pid_file_at_ = started + std::chrono::milliseconds(ms);
     // The real daemon forks a server at the first client; this knob makes
     // one at once (for status and stop checks without a client).
     if (cfg_.flag("mps_server_at_start") && server_for(::getuid()) < 0) log("(fake) mps_server_at_start: fork failed");
@@ -242,7 +243,7 @@ class Daemon {
     signal_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   }
 
-  bool prepare_files(std::string* error) {
+  bool write_pid_file(std::string* error) {
     const int pid_fd = ::open(paths_.pid_file().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (pid_fd < 0) {
       *error = "cannot write " + paths_.pid_file() + ": " + errno_text();
@@ -251,10 +252,14 @@ class Daemon {
     const std::string pid_line = std::to_string(pid_) + "\n";
     const bool written = ::write(pid_fd, pid_line.data(), pid_line.size()) == static_cast<ssize_t>(pid_line.size());
     ::close(pid_fd);
-    if (!written) {
-      *error = "cannot write " + paths_.pid_file();
-      return false;
-    }
+    if (!written) *error = "cannot write " + paths_.pid_file();
+    return written;
+  }
+
+  bool prepare_files(std::string* error) {
+    // mps_pid_file_delay_ms: the pid file comes later, from the loop (the
+    // real daemon's socket and pid file appear in either order).
+    if (cfg_.get_ms("mps_pid_file_delay_ms") <= 0 && !write_pid_file(error)) return false;
 
     struct stat st {};
     if (::lstat(paths_.fifo().c_str(), &st) == 0 && !S_ISFIFO(st.st_mode)) ::unlink(paths_.fifo().c_str());
@@ -314,6 +319,11 @@ class Daemon {
         ::_exit(1);
       }
       if (listen_fd_ < 0 && now >= listen_at_) open_socket();
+      if (pid_file_at_ && now >= *pid_file_at_) {
+        std::string error;
+        if (!write_pid_file(&error)) log("(fake) " + error);
+        pid_file_at_.reset();
+      }
 
       for (const pollfd& p : fds) {
         if (p.revents == 0) continue;
@@ -337,6 +347,7 @@ class Daemon {
     };
     if (listen_fd_ < 0) consider(listen_at_);
     consider(die_at_);
+    consider(pid_file_at_);
     if (quitting_) consider(quit_deadline_);
     if (!next) return -1;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - SteadyClock::now()).count();
@@ -688,6 +699,7 @@ class Daemon {
   SteadyClock::time_point listen_at_{};
   int privileged_fd_ = -1;                            // control_privileged (bound, never read)
   std::optional<SteadyClock::time_point> die_at_;
+  std::optional<SteadyClock::time_point> pid_file_at_;  // mps_pid_file_delay_ms: when the pid file is written
   bool quitting_ = false;
   std::optional<SteadyClock::time_point> quit_deadline_;
 

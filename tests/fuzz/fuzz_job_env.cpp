@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     auto req = job_request_from_env(env, cfg);
-    if (req && req->mode != "auto" && req->mode != "multi") fuzz::invariant_failed();
+    if (req && req->mode != JobMode::kAuto && req->mode != JobMode::kMulti) fuzz::invariant_failed();
   } catch (const CudaMpsError&) {
   }
   return 0;

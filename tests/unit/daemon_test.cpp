@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 
 #include "common/mps/errors.hpp"
 #include "common/mps/topology.hpp"
@@ -40,7 +42,7 @@ class DaemonTest : public ::testing::Test {
     r.uid = daemon_uid();
     r.gid = daemon_gid();
     r.host = "ws1";
-    r.topology_mode = uuids.size() > 1 ? kSingleTaskMultiGpu : kSingleGpu;
+    r.topology_mode = uuids.size() > 1 ? TopologyMode::kSingleTaskMulti : TopologyMode::kSingle;
     r.gpu_uuids = std::move(uuids);
     r.base_directory = base;
     r.start_timeout = 3000ms;
@@ -81,7 +83,7 @@ TEST_F(DaemonTest, StartHappyPath) {
     // Crash safety: the "starting" record is on disk before -d runs.
     auto rec = store.read("gpu-7fdaf0a5");
     ASSERT_TRUE(rec);
-    EXPECT_EQ(rec->state, "starting");
+    EXPECT_EQ(rec->state, RecordState::kStarting);
     EXPECT_EQ(rec->pid, 0);
     EXPECT_EQ(rec->pipe_directory, pipe);
     EXPECT_EQ(rec->owned_directories, (std::vector<std::string>{base + "/gpu-7fdaf0a5"}));
@@ -108,7 +110,7 @@ TEST_F(DaemonTest, StartHappyPath) {
 
   // The final record: running, with the identity /proc reports.
   const pid_t pid = d.host.daemons.at(pipe);
-  EXPECT_EQ(rec.state, "running");
+  EXPECT_EQ(rec.state, RecordState::kRunning);
   EXPECT_EQ(rec.pid, pid);
   EXPECT_EQ(rec.process_start_ticks, d.proc.procs.at(pid).start_ticks);
   EXPECT_EQ(rec.boot_id, d.proc.boot);
@@ -118,7 +120,7 @@ TEST_F(DaemonTest, StartHappyPath) {
   EXPECT_EQ(rec.pipe_directory, pipe);
   EXPECT_EQ(rec.log_directory, log);
   EXPECT_EQ(rec.owned_directories, (std::vector<std::string>{base + "/gpu-7fdaf0a5"}));
-  EXPECT_EQ(rec.topology_mode, "single_gpu");
+  EXPECT_EQ(rec.topology_mode, TopologyMode::kSingle);
   EXPECT_GT(rec.created_at, 0);
   auto on_disk = store.read("gpu-7fdaf0a5");
   ASSERT_TRUE(on_disk);
@@ -161,7 +163,7 @@ TEST_F(DaemonTest, StartMultiGpuWithLimits) {
   DaemonRecord rec = start_daemon(d.services, d.tools, store, req);
   EXPECT_EQ(test::env_value(d.host.launch_commands.at(0), "CUDA_VISIBLE_DEVICES"), test::kUuid0 + "," + test::kUuid1);
   EXPECT_EQ(rec.limits, req.limits);
-  EXPECT_EQ(rec.topology_mode, "single_task_multi_gpu");
+  EXPECT_EQ(rec.topology_mode, TopologyMode::kSingleTaskMulti);
   std::vector<std::string> sets;
   for (const auto& c : d.host.received) if (c.rfind("set_", 0) == 0) sets.push_back(c);
   EXPECT_EQ(sets, (std::vector<std::string>{"set_default_active_thread_percentage 37.5",
@@ -297,9 +299,6 @@ TEST_F(DaemonTest, InvalidRequestsAreRefusedUpFront) {
   req.gpu_uuids.clear();
   EXPECT_THROW(start_daemon(d.services, d.tools, store, req), CudaMpsError);
   req = request();
-  req.topology_mode = "mesh";
-  EXPECT_THROW(start_daemon(d.services, d.tools, store, req), CudaMpsError);
-  req = request();
   req.pipe_directory = "relative/pipe";
   EXPECT_THROW(start_daemon(d.services, d.tools, store, req), CudaMpsError);
   EXPECT_TRUE(d.runner.commands.empty());
@@ -382,7 +381,7 @@ class StopTest : public DaemonTest {
 
 TEST_F(StopTest, LiveDaemonQuitsThroughItsOwnPipeAsItsUser) {
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_EQ(rep.name, rec.name);
   EXPECT_EQ(rep.pid, pid);
   // `quit -t`: clients still attached are cut off within the stop timeout.
@@ -402,7 +401,7 @@ TEST_F(StopTest, LiveDaemonQuitsThroughItsOwnPipeAsItsUser) {
 TEST_F(StopTest, IgnoredQuitEscalatesToSigterm) {
   d.host.quit_ends_daemon = false;
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "terminated");
+  EXPECT_EQ(rep.outcome, StopOutcome::kTerminated);
   EXPECT_NE(rep.detail.find("ignored quit"), std::string::npos) << rep.detail;
   EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{pid, SIGTERM}}));
   EXPECT_LE(stop_elapsed(), 10s);
@@ -414,7 +413,7 @@ TEST_F(StopTest, IgnoredSigtermEscalatesToSigkill) {
   d.host.quit_ends_daemon = false;
   d.signaller.lethal = {SIGKILL};
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "killed");
+  EXPECT_EQ(rep.outcome, StopOutcome::kKilled);
   EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{pid, SIGTERM}, {pid, SIGKILL}}));
   EXPECT_LE(stop_elapsed(), 10s + 1s);
   expect_cleaned();
@@ -442,7 +441,7 @@ TEST_F(StopTest, AHangingQuitStillFitsTheStopTimeout) {
     return inner(c);
   };
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 4s);
-  EXPECT_EQ(rep.outcome, "killed");
+  EXPECT_EQ(rep.outcome, StopOutcome::kKilled);
   EXPECT_LE(d.runner.with_stdin("quit -t 2\n").at(0).timeout, 4s);
   EXPECT_LE(stop_elapsed(), 4s + 1s);
 }
@@ -485,7 +484,7 @@ TEST_F(StopTest, RecordOfAnotherBootIsStale) {
 
 TEST_F(StopTest, QuitTimeoutIsHalfTheStopTimeoutInWholeSecondsAtLeastOne) {
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 1500ms);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_EQ(d.host.received, (std::vector<std::string>{"quit -t 1"}));
 }
 
@@ -515,7 +514,7 @@ class SweepTest : public StopTest {
 TEST_F(SweepTest, AServerThatOutlivesItsDaemonsQuitIsKilled) {
   pid_t server = add_server(pid + 1);
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{server, SIGKILL}}));
   EXPECT_FALSE(d.proc.alive(server));
   EXPECT_NE(rep.detail.find("killed 1 leftover MPS process(es)"), std::string::npos) << rep.detail;
@@ -530,7 +529,7 @@ TEST_F(SweepTest, EveryDescendantSeenBeforeTheQuitIsKilledWhateverItsName) {
   d.proc.kids[pid] = {child};
   d.proc.kids[child] = {grandchild};
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{child, SIGKILL}, {grandchild, SIGKILL}}));
   EXPECT_NE(rep.detail.find("killed 2 leftover MPS process(es)"), std::string::npos) << rep.detail;
 }
@@ -544,7 +543,7 @@ TEST_F(SweepTest, ADescendantWhosePidWasReusedIsNotKilled) {
     return r;
   };
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_TRUE(d.signaller.delivered.empty());
   EXPECT_TRUE(d.proc.alive(child));
   EXPECT_EQ(rep.detail, "");
@@ -566,7 +565,7 @@ TEST_F(SweepTest, AClientOnThePipeDirIsLeftAlone) {
   pid_t orphan = add_process(9001, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
   pid_t client = add_process(9002, daemon_uid(), "python3", rec.pipe_directory);
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_FALSE(d.proc.alive(orphan));  // the sweep ran
   EXPECT_FALSE(signalled(client));
   EXPECT_TRUE(d.proc.alive(client));
@@ -588,7 +587,7 @@ TEST_F(SweepTest, MpsProcessesOfAnotherPipeDirAreLeftAlone) {
   pid_t longer = add_process(9005, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory + "2");
   pid_t none = add_process(9006, daemon_uid(), "nvidia-cuda-mps", std::nullopt);  // e.g. the default /tmp/nvidia-mps
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_FALSE(d.proc.alive(orphan));
   for (pid_t p : {other, longer, none}) {
     EXPECT_FALSE(signalled(p)) << p;
@@ -615,7 +614,7 @@ TEST_F(SweepTest, AnIgnoringDaemonAndAServerStillFitTheStopTimeout) {
   d.signaller.lethal = {SIGKILL};  // ignores quit and SIGTERM
   pid_t server = add_server(pid + 1);
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
-  EXPECT_EQ(rep.outcome, "killed");
+  EXPECT_EQ(rep.outcome, StopOutcome::kKilled);
   EXPECT_EQ(d.signaller.delivered,
             (std::vector<std::pair<pid_t, int>>{{pid, SIGTERM}, {pid, SIGKILL}, {server, SIGKILL}}));
   EXPECT_NE(rep.detail.find("ignored SIGTERM"), std::string::npos) << rep.detail;
@@ -646,12 +645,12 @@ TEST_F(DaemonTest, StartingRecordWithoutDaemonIsNotStarted) {
   EXPECT_THROW(start_daemon(d.services, d.tools, store, req), std::runtime_error);
   auto left = store.read(req.name);
   ASSERT_TRUE(left);
-  EXPECT_EQ(left->state, "starting");
+  EXPECT_EQ(left->state, RecordState::kStarting);
   EXPECT_FALSE(daemon_process_is_live(*left, d.proc));
 
   d.runner.commands.clear();
   StopReport rep = stop_daemon(d.services, d.tools, store, *left, 10s);
-  EXPECT_EQ(rep.outcome, "not-started");
+  EXPECT_EQ(rep.outcome, StopOutcome::kNotStarted);
   EXPECT_TRUE(d.runner.commands.empty());
   EXPECT_TRUE(d.signaller.requests.empty());
   EXPECT_FALSE(store.read(req.name));
@@ -669,7 +668,7 @@ TEST_F(DaemonTest, StartingRecordWhoseDaemonRunsIsFoundAndStopped) {
   EXPECT_THROW(start_daemon(d.services, d.tools, store, req), std::runtime_error);
   auto left = store.read(req.name);
   ASSERT_TRUE(left);
-  ASSERT_EQ(left->state, "starting");
+  ASSERT_EQ(left->state, RecordState::kStarting);
   const pid_t pid = d.host.daemons.begin()->second;
   auto found = recover_starting_identity(*left, d.proc);
   ASSERT_TRUE(found);
@@ -677,7 +676,7 @@ TEST_F(DaemonTest, StartingRecordWhoseDaemonRunsIsFoundAndStopped) {
 
   d.runner.handler = d.host.handler();
   StopReport rep = stop_daemon(d.services, d.tools, store, *left, 10s);
-  EXPECT_EQ(rep.outcome, "quit");
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_EQ(rep.pid, pid);
   EXPECT_FALSE(d.proc.alive(pid));
   EXPECT_FALSE(store.read(req.name));
@@ -696,9 +695,10 @@ TEST_F(DaemonTest, StopAllTouchesOnlyInScopeRecords) {
 
   StopAllResult res = stop_all_daemons(d.services, d.tools, store, 1000, "ws1", 10s);
   EXPECT_TRUE(res.ok());
-  std::map<std::string, std::string> outcomes;
+  std::map<std::string, StopOutcome> outcomes;
   for (const auto& s : res.stopped) outcomes[s.name] = s.outcome;
-  EXPECT_EQ(outcomes, (std::map<std::string, std::string>{{"mine1", "quit"}, {"mine2", "quit"}, {"stale", "stale"}}));
+  EXPECT_EQ(outcomes, (std::map<std::string, StopOutcome>{
+                          {"mine1", StopOutcome::kQuit}, {"mine2", StopOutcome::kQuit}, {"stale", StopOutcome::kStale}}));
   EXPECT_TRUE(d.proc.alive(504));
   EXPECT_TRUE(d.proc.alive(505));
   EXPECT_TRUE(store.read("other-user"));
@@ -802,10 +802,10 @@ TEST_F(DaemonTest, LivenessAndStatusJson) {
   EXPECT_EQ(j["live"], false);
   EXPECT_EQ(j["liveness"], "pid-reused");
   EXPECT_EQ(j["observed_start_ticks"], 1);
-  a.state = "starting";
+  a.state = RecordState::kStarting;
   EXPECT_FALSE(daemon_process_is_live(a, d.proc));
   EXPECT_EQ(daemon_status(a, d.proc)["liveness"], "starting");
-  a.state = "running";
+  a.state = RecordState::kRunning;
   d.proc.kill(901);
   j = daemon_status(a, d.proc);
   EXPECT_EQ(j["liveness"], "gone");
@@ -840,6 +840,189 @@ TEST(CurrentHost, IsTheHostName) {
   char buf[256] = {};
   ASSERT_EQ(gethostname(buf, sizeof buf - 1), 0);
   EXPECT_EQ(current_host(), std::string(buf));
+}
+
+
+// --- readiness and the pid file -----------------------------------------------
+
+// The front end is asked right after `-d` returns, then after 1, 2, 4 .. ms.
+TEST_F(DaemonTest, ReadinessIsAskedAtOnceThenWithAShortBackOff) {
+  d.host.answers = false;
+  std::vector<std::chrono::milliseconds> pauses;
+  d.clock.on_sleep = [&](std::chrono::milliseconds p) {
+    pauses.push_back(p);
+    if (pauses.size() == 4) d.host.answers = true;  // the 5th look finds it
+  };
+  start_daemon(d.services, d.tools, store, request());
+  EXPECT_EQ(pauses, (std::vector<std::chrono::milliseconds>{1ms, 2ms, 4ms, 8ms}));
+  // 5 looks after -d (before it there is no socket: nobody is asked)
+  EXPECT_EQ(d.runner.with_stdin("get_server_list\n").size(), 5u);
+}
+
+TEST_F(DaemonTest, ReadinessBackOffIsCapped) {
+  d.host.answers = false;
+  std::chrono::milliseconds longest{0};
+  d.clock.on_sleep = [&](std::chrono::milliseconds p) {
+    longest = std::max(longest, p);
+    if (d.clock.elapsed() >= 500ms) d.host.answers = true;
+  };
+  start_daemon(d.services, d.tools, store, request());
+  EXPECT_EQ(longest, 32ms);
+  EXPECT_LE(d.clock.elapsed(), 500ms + 32ms);
+}
+
+// The socket may answer before the pid file exists: it is read again until
+// the deadline, not once.
+TEST_F(DaemonTest, APidFileWrittenAfterTheSocketAnswersIsWaitedFor) {
+  d.host.write_pid_file = false;
+  int after_launch = 0;
+  d.clock.on_sleep = [&](std::chrono::milliseconds) {
+    std::lock_guard lock(d.host.mutex);
+    if (d.host.daemons.empty() || ++after_launch != 3) return;
+    const auto& [pipe, pid] = *d.host.daemons.begin();
+    test::write_text(pipe + "/" + kPidFileName, std::to_string(pid) + "\n");
+  };
+  DaemonRecord rec = start_daemon(d.services, d.tools, store, request());
+  EXPECT_EQ(rec.pid, d.host.daemons.begin()->second);
+  EXPECT_EQ(rec.state, RecordState::kRunning);
+  EXPECT_EQ(after_launch, 3);
+}
+
+TEST_F(DaemonTest, APidFileThatNeverComesFailsAtTheDeadline) {
+  d.host.write_pid_file = false;
+  std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
+  EXPECT_NE(e.find("cannot verify MPS daemon 'gpu-7fdaf0a5'"), std::string::npos) << e;
+  EXPECT_NE(e.find("nvidia-cuda-mps-control.pid does not exist"), std::string::npos) << e;
+  EXPECT_GE(d.clock.elapsed(), 3000ms);  // looked for until start_timeout
+  EXPECT_LE(d.clock.elapsed(), 3000ms + 20ms);
+  EXPECT_TRUE(d.signaller.requests.empty()) << "never signal a process no pid file proves is ours";
+  EXPECT_TRUE(record_files().empty());
+}
+
+// --- start_daemons / stop_daemons: a node's daemons at once -------------------
+
+class ConcurrentStartTest : public DaemonTest {
+ protected:
+  std::vector<StartRequest> requests(size_t n) {
+    const std::vector<std::string> uuids = {test::kUuid0, test::kUuid1, test::kUuid2, test::kUuid3};
+    std::vector<StartRequest> out;
+    for (size_t i = 0; i < n; ++i) {
+      StartRequest r = request("gpu" + std::to_string(i), {uuids[i % uuids.size()]});
+      r.topology_mode = TopologyMode::kPerGpu;
+      out.push_back(r);
+    }
+    return out;
+  }
+  std::vector<pid_t> launched_pids() {
+    std::vector<pid_t> out;
+    for (const auto& [pipe, pid] : d.host.daemons) out.push_back(pid);
+    return out;
+  }
+};
+
+TEST_F(ConcurrentStartTest, AllLaunchesAreUnderWayTogether) {
+  // Each `-d` waits (real time, bounded) until all four have begun: one after
+  // another, the first would wait in vain.
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0;
+  bool together = true;
+  d.host.on_launch = [&](const Command&) {
+    std::unique_lock lock(m);
+    ++arrived;
+    cv.notify_all();
+    if (!cv.wait_for(lock, std::chrono::seconds(5), [&] { return arrived == 4; })) together = false;
+  };
+  auto recs = start_daemons(d.services, d.tools, store, requests(4), 2000ms);
+  EXPECT_TRUE(together);
+  ASSERT_EQ(recs.size(), 4u);
+  for (size_t i = 0; i < recs.size(); ++i) {
+    EXPECT_EQ(recs[i].name, "gpu" + std::to_string(i)) << "records come back in request order";
+    EXPECT_EQ(recs[i].state, RecordState::kRunning);
+    EXPECT_TRUE(d.proc.alive(recs[i].pid));
+  }
+  EXPECT_EQ(record_files().size(), 4u);
+}
+
+TEST_F(ConcurrentStartTest, OneFailureRollsBackEveryDaemon) {
+  d.host.launch_failures[3] = test::exited(1, "", "third daemon exploded\n");
+  std::string e = error_of([&] { start_daemons(d.services, d.tools, store, requests(4), 2000ms); });
+  EXPECT_NE(e.find("third daemon exploded"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, 4);
+  EXPECT_EQ(launched_pids().size(), 3u);
+  for (pid_t pid : launched_pids()) EXPECT_FALSE(d.proc.alive(pid)) << pid;
+  EXPECT_EQ(d.host.quits, 3);  // each stopped through its own pipe
+  EXPECT_TRUE(record_files().empty());
+  EXPECT_TRUE(test::dir_entries(base).empty());
+}
+
+TEST_F(ConcurrentStartTest, EveryFailureIsNamed) {
+  d.host.launch_failures[1] = test::exited(1, "", "one\n");
+  d.host.launch_failures[2] = test::exited(1, "", "two\n");
+  std::string e = error_of([&] { start_daemons(d.services, d.tools, store, requests(2), 2000ms); });
+  EXPECT_NE(e.find("one"), std::string::npos) << e;
+  EXPECT_NE(e.find("two"), std::string::npos) << e;
+  EXPECT_NE(e.find("; "), std::string::npos) << e;
+}
+
+TEST_F(ConcurrentStartTest, TheStartTimeoutIsOneDeadlineForAll) {
+  d.host.answers = false;  // nobody ever answers
+  std::string e = error_of([&] { start_daemons(d.services, d.tools, store, requests(4), 2000ms); });
+  EXPECT_NE(e.find("start_timeout"), std::string::npos) << e;
+  // One after another would take 4 x 3000 ms.
+  EXPECT_GE(d.clock.elapsed(), 3000ms);
+  EXPECT_LE(d.clock.elapsed(), 3000ms + 100ms);
+  for (pid_t pid : launched_pids()) EXPECT_FALSE(d.proc.alive(pid)) << pid;
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(ConcurrentStartTest, StopDaemonsEndsAllWithinOneStopTimeout) {
+  auto recs = start_daemons(d.services, d.tools, store, requests(4), 2000ms);
+  d.host.quit_ends_daemon = false;
+  d.signaller.lethal = {SIGKILL};  // each ignores quit and SIGTERM: the whole escalation
+  const auto before = d.clock.elapsed();
+  auto attempts = stop_daemons(d.services, d.tools, store, recs, 2000ms);
+  ASSERT_EQ(attempts.size(), 4u);
+  for (const auto& a : attempts) {
+    ASSERT_TRUE(a.report) << a.error;
+    EXPECT_EQ(a.report->outcome, StopOutcome::kKilled);
+  }
+  // One after another: 4 x 2000 ms at least.
+  EXPECT_LE(d.clock.elapsed() - before, 2000ms + 1000ms);
+  for (const auto& r : recs) EXPECT_FALSE(d.proc.alive(r.pid));
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(ConcurrentStartTest, StopDaemonsReportsEachInOrder) {
+  auto recs = start_daemons(d.services, d.tools, store, requests(3), 2000ms);
+  d.proc.kill(recs[1].pid);  // gone before the stop: stale
+  d.signaller.immune.insert(recs[2].pid);
+  d.host.quit_ends_daemon = false;  // and this one survives everything
+  auto attempts = stop_daemons(d.services, d.tools, store, recs, 2000ms);
+  ASSERT_EQ(attempts.size(), 3u);
+  ASSERT_TRUE(attempts[0].report);
+  EXPECT_EQ(attempts[0].report->name, "gpu0");
+  EXPECT_FALSE(attempts[1].report);
+  EXPECT_TRUE(attempts[1].stale);
+  EXPECT_NE(attempts[1].error.find("'gpu1'"), std::string::npos) << attempts[1].error;
+  EXPECT_FALSE(attempts[2].report);
+  EXPECT_FALSE(attempts[2].stale);
+  EXPECT_NE(attempts[2].error.find("still alive after quit, SIGTERM and SIGKILL"), std::string::npos) << attempts[2].error;
+}
+
+TEST(DaemonDirectories, AreTheBaseTheNameAndPipeAndLogBelow) {
+  DaemonDirectories dirs = daemon_directories("/run/unilab-mps", "job7.n1.gpu0");
+  EXPECT_EQ(dirs.root, "/run/unilab-mps/job7.n1.gpu0");
+  EXPECT_EQ(dirs.pipe, "/run/unilab-mps/job7.n1.gpu0/pipe");
+  EXPECT_EQ(dirs.log, "/run/unilab-mps/job7.n1.gpu0/log");
+}
+
+
+TEST(StopOutcomeNames, AreTheWordsReportsAndLogsShow) {
+  std::vector<std::string_view> names(kStopOutcomeNames.names.begin(), kStopOutcomeNames.names.end());
+  EXPECT_EQ(names, (std::vector<std::string_view>{"quit", "terminated", "killed", "stale", "not-started"}));
+  StopReport rep{"d", 7, StopOutcome::kNotStarted, "x"};
+  EXPECT_EQ(rep.to_json().dump(), R"({"detail":"x","name":"d","outcome":"not-started","pid":7})");
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -193,6 +194,8 @@ inline std::optional<std::string> env_value(const Command& c, const std::string&
 }
 
 // Records every Command and answers with the scripted handler (default: exit 0).
+// Safe to run from several threads (start_daemons does): the record is
+// locked; the handler runs unlocked and guards its own state.
 class RecordingRunner final : public CommandRunner {
  public:
   using Handler = std::function<CommandResult(const Command&)>;
@@ -200,7 +203,10 @@ class RecordingRunner final : public CommandRunner {
   explicit RecordingRunner(Handler h) : handler(std::move(h)) {}
 
   CommandResult run(const Command& command) override {
-    commands.push_back(command);
+    {
+      std::lock_guard lock(mutex_);
+      commands.push_back(command);
+    }
     return handler ? handler(command) : exited(0);
   }
   size_t count_program(const std::string& argv0) const {
@@ -224,19 +230,29 @@ class RecordingRunner final : public CommandRunner {
 
   Handler handler;
   std::vector<Command> commands;
+
+ private:
+  std::mutex mutex_;
 };
 
-// /proc as a map: pid -> stat, per-pid environment, one boot id.
+// /proc as a map: pid -> stat, per-pid environment, one boot id. Its
+// methods may be called from several threads (the maps are for the test's
+// own thread, before and after).
 class FakeProcReader final : public ProcReader {
  public:
   std::optional<ProcStat> stat(pid_t pid) override {
+    std::lock_guard lock(mutex);
     ++stat_calls;
     auto it = procs.find(pid);
     if (it == procs.end()) return std::nullopt;
     return it->second;
   }
-  std::string boot_id() override { return boot; }
+  std::string boot_id() override {
+    std::lock_guard lock(mutex);
+    return boot;
+  }
   std::optional<std::string> environ_value(pid_t pid, std::string_view key) override {
+    std::lock_guard lock(mutex);
     auto it = environ.find(pid);
     if (it == environ.end()) return std::nullopt;
     auto v = it->second.find(std::string(key));
@@ -244,20 +260,24 @@ class FakeProcReader final : public ProcReader {
     return v->second;
   }
   std::vector<pid_t> pids() override {
+    std::lock_guard lock(mutex);
     std::vector<pid_t> out;
     for (const auto& [pid, st] : procs) out.push_back(pid);
     return out;
   }
   std::vector<pid_t> children(pid_t pid) override {
+    std::lock_guard lock(mutex);
     auto it = kids.find(pid);
     return it == kids.end() || !procs.count(pid) ? std::vector<pid_t>{} : it->second;
   }
   std::optional<std::string> comm(pid_t pid) override {
+    std::lock_guard lock(mutex);
     auto it = comms.find(pid);
     if (it == comms.end() || !procs.count(pid)) return std::nullopt;
     return it->second;
   }
   std::optional<std::string> cgroup(pid_t pid) override {
+    std::lock_guard lock(mutex);
     ++cgroup_calls;
     if (on_cgroup) on_cgroup(pid);
     auto it = cgroups.find(pid);
@@ -266,6 +286,7 @@ class FakeProcReader final : public ProcReader {
   }
 
   void add(pid_t pid, uid_t uid, uint64_t start_ticks, char state = 'S') {
+    std::lock_guard lock(mutex);
     ProcStat st;
     st.state = state;
     st.start_ticks = start_ticks;
@@ -274,6 +295,7 @@ class FakeProcReader final : public ProcReader {
   }
   // Gone, with everything /proc showed of it; its children stay (orphans).
   void kill(pid_t pid) {
+    std::lock_guard lock(mutex);
     procs.erase(pid);
     environ.erase(pid);
     kids.erase(pid);
@@ -281,10 +303,16 @@ class FakeProcReader final : public ProcReader {
     cgroups.erase(pid);
   }
   bool alive(pid_t pid) const {
+    std::lock_guard lock(mutex);
     auto it = procs.find(pid);
-    return it != procs.end() && it->second.state != 'Z';
+    return it != procs.end() && !process_state_gone(it->second.state);
+  }
+  void set_environ(pid_t pid, const std::string& key, const std::string& value) {
+    std::lock_guard lock(mutex);
+    environ[pid][key] = value;
   }
 
+  mutable std::recursive_mutex mutex;
   std::map<pid_t, ProcStat> procs;
   std::map<pid_t, std::map<std::string, std::string>> environ;
   std::map<pid_t, std::vector<pid_t>> kids;  // pid -> direct children
@@ -303,10 +331,16 @@ class FakeProcReader final : public ProcReader {
 class RecordingSignaller final : public Signaller {
  public:
   Liveness send_verified(const ProcessIdentity& id, int sig, ProcReader& proc) override {
-    requests.emplace_back(id.pid, sig);
+    {
+      std::lock_guard lock(mutex_);
+      requests.emplace_back(id.pid, sig);
+    }
     Liveness l = check_identity(id, proc);
     if (l != Liveness::kLive) return l;
-    delivered.emplace_back(id.pid, sig);
+    {
+      std::lock_guard lock(mutex_);
+      delivered.emplace_back(id.pid, sig);
+    }
     if (lethal.count(sig) && !immune.count(id.pid)) {
       if (auto* fake = dynamic_cast<FakeProcReader*>(&proc)) fake->kill(id.pid);
     }
@@ -316,25 +350,51 @@ class RecordingSignaller final : public Signaller {
   std::vector<std::pair<pid_t, int>> delivered;
   std::set<int> lethal = {SIGTERM, SIGKILL};
   std::set<pid_t> immune;  // processes no signal ends (stuck in the kernel)
+
+ private:
+  std::mutex mutex_;
 };
 
-// Monotonic time that only moves when someone sleeps (or the test advances it).
+// Monotonic time that only moves when someone sleeps (or the test advances
+// it). One time for all threads: a sleep of any of them moves it for all, so
+// a deadline shared by threads comes no later than it would in real time.
 class FakeClock final : public Clock {
  public:
-  std::chrono::steady_clock::time_point now() override { return now_; }
-  void sleep_for(std::chrono::milliseconds d) override {
-    now_ += d;
-    ++sleeps;
+  std::chrono::steady_clock::time_point now() override {
+    std::lock_guard lock(mutex_);
+    return now_;
   }
-  double wall_seconds() override { return 1.7e9 + std::chrono::duration<double>(now_ - start_).count(); }
-  void advance(std::chrono::milliseconds d) { now_ += d; }
-  std::chrono::milliseconds elapsed() const { return std::chrono::duration_cast<std::chrono::milliseconds>(now_ - start_); }
+  void sleep_for(std::chrono::milliseconds d) override {
+    std::function<void(std::chrono::milliseconds)> hook;
+    {
+      std::lock_guard lock(mutex_);
+      now_ += d;
+      ++sleeps;
+      hook = on_sleep;
+    }
+    if (hook) hook(d);
+  }
+  double wall_seconds() override {
+    std::lock_guard lock(mutex_);
+    return 1.7e9 + std::chrono::duration<double>(now_ - start_).count();
+  }
+  void advance(std::chrono::milliseconds d) {
+    std::lock_guard lock(mutex_);
+    now_ += d;
+  }
+  std::chrono::milliseconds elapsed() const {
+    std::lock_guard lock(mutex_);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now_ - start_);
+  }
 
   int sleeps = 0;
+  // Called after every sleep, unlocked (e.g. to let a file appear "later").
+  std::function<void(std::chrono::milliseconds)> on_sleep;
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::time_point(std::chrono::hours(10000));
   std::chrono::steady_clock::time_point now_ = start_;
+  mutable std::mutex mutex_;
 };
 
 // ---------------------------------------------------------------------------
@@ -351,7 +411,25 @@ class FakeNvidiaHost {
     return [this](const Command& c) { return handle(c); };
   }
 
+  // Thread-safe: each command is handled under the host's lock, except
+  // on_launch, which runs before it (so a test can hold launches together).
   CommandResult handle(const Command& c) {
+    if (c.argv.size() == 2 && c.argv[0] == mps_control && c.argv[1] == "-d") {
+      int n = 0;
+      {
+        std::lock_guard lock(mutex);
+        n = ++launches;
+        launch_commands.push_back(c);
+      }
+      if (on_launch) on_launch(c);
+      std::lock_guard lock(mutex);
+      return launch(c, env_value(c, "CUDA_MPS_PIPE_DIRECTORY").value_or("/tmp/nvidia-mps"), n);
+    }
+    std::lock_guard lock(mutex);
+    return handle_locked(c);
+  }
+
+  CommandResult handle_locked(const Command& c) {
     if (c.argv.empty()) return exec_failed("");
     if (c.argv[0] == nvidia_smi) {
       ++smi_calls;
@@ -359,7 +437,6 @@ class FakeNvidiaHost {
     }
     if (c.argv[0] != mps_control) return exec_failed(c.argv[0]);
     const std::string pipe = env_value(c, "CUDA_MPS_PIPE_DIRECTORY").value_or("/tmp/nvidia-mps");
-    if (c.argv.size() == 2 && c.argv[1] == "-d") return launch(c, pipe);
     std::string cmd = c.stdin_data;
     while (!cmd.empty() && cmd.back() == '\n') cmd.pop_back();
     received.push_back(cmd);
@@ -394,8 +471,9 @@ class FakeNvidiaHost {
   std::optional<uid_t> daemon_uid;  // force the daemon's uid (default: the credentials)
   // Launch number (1-based) -> result that replaces the launch (e.g. a failure).
   std::map<int, CommandResult> launch_failures;
-  // Called at the moment `-d` runs, before the daemon appears.
+  // Called at the moment `-d` runs, before the daemon appears (unlocked).
   std::function<void(const Command&)> on_launch;
+  std::recursive_mutex mutex;
 
   int launches = 0;
   int quits = 0;
@@ -406,19 +484,16 @@ class FakeNvidiaHost {
   uint64_t next_ticks = 777000;
 
  private:
-  CommandResult launch(const Command& c, const std::string& pipe) {
-    ++launches;
-    launch_commands.push_back(c);
-    if (on_launch) on_launch(c);
-    if (auto f = launch_failures.find(launches); f != launch_failures.end()) return f->second;
+  CommandResult launch(const Command& c, const std::string& pipe, int number) {
+    if (auto f = launch_failures.find(number); f != launch_failures.end()) return f->second;
     if (auto it = daemons.find(pipe); it != daemons.end() && proc_.alive(it->second)) {
       return exited(1, "", "An instance of this daemon is already running\n");
     }
     pid_t pid = next_pid++;
     uid_t uid = daemon_uid ? *daemon_uid : (c.credentials ? c.credentials->uid : geteuid());
     proc_.add(pid, uid, next_ticks++);
-    proc_.environ[pid]["CUDA_MPS_PIPE_DIRECTORY"] = pipe;
-    if (auto v = env_value(c, "CUDA_VISIBLE_DEVICES")) proc_.environ[pid]["CUDA_VISIBLE_DEVICES"] = *v;
+    proc_.set_environ(pid, "CUDA_MPS_PIPE_DIRECTORY", pipe);
+    if (auto v = env_value(c, "CUDA_VISIBLE_DEVICES")) proc_.set_environ(pid, "CUDA_VISIBLE_DEVICES", *v);
     daemons[pipe] = pid;
     if (write_pid_file) write_text(pipe + "/" + kPidFileName, std::to_string(pid) + "\n");
     if (create_socket) bind_unix_socket(pipe + "/control");
@@ -451,7 +526,7 @@ inline DaemonRecord make_record(const std::string& name, uid_t uid, const std::s
   r.uid = uid;
   r.gid = uid;
   r.host = host;
-  r.topology_mode = uuids.size() > 1 ? "single_task_multi_gpu" : "single_gpu";
+  r.topology_mode = uuids.size() > 1 ? TopologyMode::kSingleTaskMulti : TopologyMode::kSingle;
   r.gpu_uuids = uuids;
   r.pipe_directory = pipe_dir;
   r.log_directory = pipe_dir + "-log";
@@ -459,7 +534,7 @@ inline DaemonRecord make_record(const std::string& name, uid_t uid, const std::s
   r.process_start_ticks = ticks;
   r.created_at = 1.7e9;
   r.boot_id = "0c1e3a55-boot-0000-0000-000000000001";
-  r.state = "running";
+  r.state = RecordState::kRunning;
   return r;
 }
 

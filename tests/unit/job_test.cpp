@@ -52,15 +52,15 @@ TEST(JobRequestFromEnv, AbsentOptionMeansNoMps) {
 TEST(JobRequestFromEnv, FlagWithoutValueIsAuto) {
   auto r = job_request_from_env(env_of({{kOpt, "(null)"}}), PluginConfig{});
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->mode, "auto");
+  EXPECT_EQ(r->mode, JobMode::kAuto);
   EXPECT_FALSE(r->limits.active_thread_percentage);
   EXPECT_FALSE(r->limits.pinned_mem_limit);
-  EXPECT_EQ(job_request_from_env(env_of({{kOpt, ""}}), PluginConfig{})->mode, "auto");
-  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "auto"}}), PluginConfig{})->mode, "auto");
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, ""}}), PluginConfig{})->mode, JobMode::kAuto);
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "auto"}}), PluginConfig{})->mode, JobMode::kAuto);
 }
 
 TEST(JobRequestFromEnv, Multi) {
-  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "multi"}}), PluginConfig{})->mode, "multi");
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "multi"}}), PluginConfig{})->mode, JobMode::kMulti);
 }
 
 TEST(JobRequestFromEnv, BadModeThrows) {
@@ -171,7 +171,7 @@ class TaskEnvTest : public ::testing::Test {
                                        "/run/unilab-mps/run/job5.n1." + suffix + "/pipe", uuids);
     r.boot_id = proc.boot;
     r.job_id = "5";
-    r.slurm = SlurmBinding{"5", "n1", mode, gres, nodes};
+    r.slurm = SlurmBinding{"5", "n1", *kJobModeNames.lookup(mode), gres, nodes};
     proc.add(pid, 1000, r.process_start_ticks);
     return r;
   }
@@ -363,21 +363,26 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
   EXPECT_EQ(g2.name, "job1234.n1.gpu2");
   EXPECT_EQ(g0.gpu_uuids, (std::vector<std::string>{test::kUuid2}));  // GRES 0 -> nvidia3 -> minor 3 -> index 2
   EXPECT_EQ(g2.gpu_uuids, (std::vector<std::string>{test::kUuid1}));  // GRES 2 -> nvidia0 -> minor 0 -> index 1
-  EXPECT_EQ(g0.topology_mode, kTaskPerGpu);
+  EXPECT_EQ(g0.topology_mode, TopologyMode::kPerGpu);
   EXPECT_EQ(g0.uid, test::kOtherUid);
   EXPECT_EQ(g0.host, "n1");
   EXPECT_EQ(g0.job_id, "1234");
   ASSERT_TRUE(g0.slurm);
   EXPECT_EQ(g0.slurm->gres_indices, (std::vector<int>{0}));
-  EXPECT_EQ(g0.slurm->mode, "auto");
+  EXPECT_EQ(g0.slurm->mode, JobMode::kAuto);
   ASSERT_EQ(g0.slurm->node_gpus.size(), 4u);
   EXPECT_EQ(g0.slurm->node_gpus[1], (NodeGpu{1, tmp / "dev/nvidia1", 1, test::kUuid3}));
   EXPECT_EQ(g0.pipe_directory, cfg.run_dir + "/job1234.n1.gpu0/pipe");
 
   // Each daemon was launched with its own GPU, as the job user.
   ASSERT_EQ(d.host.launch_commands.size(), 2u);
-  EXPECT_EQ(test::env_value(d.host.launch_commands[0], "CUDA_VISIBLE_DEVICES"), test::kUuid2);
-  EXPECT_EQ(test::env_value(d.host.launch_commands[1], "CUDA_VISIBLE_DEVICES"), test::kUuid1);
+  // (at once: in either order) each with its daemon's pipe directory
+  std::map<std::string, std::string> launched;  // pipe dir -> CUDA_VISIBLE_DEVICES
+  for (const auto& c : d.host.launch_commands) {
+    launched[test::env_value(c, "CUDA_MPS_PIPE_DIRECTORY").value_or("?")] = test::env_value(c, "CUDA_VISIBLE_DEVICES").value_or("?");
+  }
+  EXPECT_EQ(launched, (std::map<std::string, std::string>{{cfg.run_dir + "/job1234.n1.gpu0/pipe", test::kUuid2},
+                                                          {out.started[1].pipe_directory, test::kUuid1}}));
   for (const auto& c : d.host.launch_commands) {
     ASSERT_TRUE(c.credentials);
     EXPECT_EQ(c.credentials->uid, test::kOtherUid);
@@ -402,13 +407,13 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
 TEST_F(PrologTest, SingleGpuJobIsSingleGpuTopology) {
   PrologOutcome out = run_job_prolog(d.services, cfg, context("77", "n1", "3"), JobRequest{});
   ASSERT_EQ(out.started.size(), 1u);
-  EXPECT_EQ(out.started[0].topology_mode, kSingleGpu);
+  EXPECT_EQ(out.started[0].topology_mode, TopologyMode::kSingle);
   EXPECT_EQ(out.started[0].gpu_uuids, (std::vector<std::string>{test::kUuid0}));  // GRES 3 -> nvidia2 -> minor 2 -> index 0
 }
 
 TEST_F(PrologTest, MultiStartsOneDaemonForAllJobGpus) {
   JobRequest req;
-  req.mode = "multi";
+  req.mode = JobMode::kMulti;
   req.limits.active_thread_percentage = 40;
   PrologOutcome out = run_job_prolog(d.services, cfg, job, req);
   EXPECT_EQ(d.host.smi_calls, 1);
@@ -416,9 +421,9 @@ TEST_F(PrologTest, MultiStartsOneDaemonForAllJobGpus) {
   const DaemonRecord& r = out.started[0];
   EXPECT_EQ(r.name, "job1234.n1.multi");
   EXPECT_EQ(r.gpu_uuids, (std::vector<std::string>{test::kUuid2, test::kUuid1}));
-  EXPECT_EQ(r.topology_mode, kSingleTaskMultiGpu);
+  EXPECT_EQ(r.topology_mode, TopologyMode::kSingleTaskMulti);
   EXPECT_EQ(r.slurm->gres_indices, (std::vector<int>{0, 2}));
-  EXPECT_EQ(r.slurm->mode, "multi");
+  EXPECT_EQ(r.slurm->mode, JobMode::kMulti);
   EXPECT_EQ(r.limits.active_thread_percentage, 40.0);
   ASSERT_EQ(d.host.launches, 1);
   EXPECT_EQ(test::env_value(d.host.launch_commands[0], "CUDA_VISIBLE_DEVICES"), test::kUuid2 + "," + test::kUuid1);
@@ -519,7 +524,7 @@ TEST_F(PrologTest, EpilogStopsExactlyThisJobsRecordsOnThisNode) {
   EXPECT_TRUE(out.ok());
   EXPECT_TRUE(out.errors.empty());
   ASSERT_EQ(out.stopped.size(), 2u);
-  for (const auto& s : out.stopped) EXPECT_EQ(s.outcome, "quit") << s.name;
+  for (const auto& s : out.stopped) EXPECT_EQ(s.outcome, StopOutcome::kQuit) << s.name;
   EXPECT_FALSE(d.proc.alive(mine[0].pid));
   EXPECT_FALSE(d.proc.alive(mine[1].pid));
   EXPECT_TRUE(d.proc.alive(other_job[0].pid));
@@ -549,10 +554,10 @@ TEST_F(PrologTest, EpilogCleansStaleRecordsWithAWarning) {
   EpilogOutcome out = run_job_epilog(d.services, cfg, job);
   EXPECT_TRUE(out.ok());
   ASSERT_EQ(out.stopped.size(), 2u);
-  std::map<std::string, std::string> outcomes;
+  std::map<std::string, StopOutcome> outcomes;
   for (const auto& s : out.stopped) outcomes[s.name] = s.outcome;
-  EXPECT_EQ(outcomes["job1234.n1.gpu0"], "stale");
-  EXPECT_EQ(outcomes["job1234.n1.gpu2"], "quit");
+  EXPECT_EQ(outcomes["job1234.n1.gpu0"], StopOutcome::kStale);
+  EXPECT_EQ(outcomes["job1234.n1.gpu2"], StopOutcome::kQuit);
   EXPECT_FALSE(out.warnings.empty());
   EXPECT_TRUE(record_files().empty());
   EXPECT_TRUE(run_entries().empty());

@@ -260,5 +260,32 @@ TEST(SystemSignaller, SignalsOnlyTheVerifiedProcess) {
   EXPECT_EQ(sig.send_verified(ProcessIdentity{0, 1, "", 0}, SIGKILL, reader), Liveness::kGone);
 }
 
+
+// The one answer to "has this process ended", used by the identity check,
+// the start's pid-file proof, the stop's sweep and the probe alike.
+TEST(ProcessStateGone, ZombieAndBothDeadLettersAreGone) {
+  for (char c : {'Z', 'X', 'x'}) EXPECT_TRUE(process_state_gone(c)) << c;
+  for (char c : {'R', 'S', 'D', 'T', 't', 'I', 'W', 'P', 'K'}) EXPECT_FALSE(process_state_gone(c)) << c;
+}
+
+TEST(RunningStat, IsNulloptForAnEndedOrMissingProcess) {
+  FakeProcReader proc;
+  proc.add(10, 1000, 5, 'S');
+  proc.add(11, 1000, 5, 'Z');
+  proc.add(12, 1000, 5, 'X');
+  proc.add(13, 1000, 5, 'x');
+  ASSERT_TRUE(running_stat(proc, 10));
+  EXPECT_EQ(running_stat(proc, 10)->uid, 1000u);
+  for (pid_t p : {11, 12, 13, 14}) EXPECT_FALSE(running_stat(proc, p)) << p;
+}
+
+TEST(CheckIdentity, ADeadProcessOfEitherLetterIsGone) {
+  FakeProcReader proc;
+  for (char c : {'X', 'x'}) {
+    proc.add(20, 1000, 5, c);
+    EXPECT_EQ(check_identity({20, 5, proc.boot, 1000}, proc), Liveness::kGone) << c;
+  }
+}
+
 }  // namespace
 }  // namespace unilab::mps

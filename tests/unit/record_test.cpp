@@ -8,9 +8,12 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/mps/errors.hpp"
+#include "common/mps/errors.hpp"
+#include "common/mps/topology.hpp"
 #include "tests/unit/doubles.hpp"
 
 namespace unilab::mps {
@@ -32,7 +35,7 @@ DaemonRecord slurm_record() {
   r.job_id = "17";
   r.limits.active_thread_percentage = 37.5;
   r.limits.pinned_mem_limit = "8192M";
-  r.slurm = SlurmBinding{"17", "n1", "multi", {0, 1},
+  r.slurm = SlurmBinding{"17", "n1", JobMode::kMulti, {0, 1},
                          {NodeGpu{0, "/dev/nvidia3", 3, test::kUuid1}, NodeGpu{1, "/dev/nvidia1", 1, test::kUuid2}}};
   r.owned_directories = {"/run/unilab-mps/run/job17.n1.multi"};
   return r;
@@ -65,7 +68,7 @@ TEST(DaemonRecordJson, RoundTripWithSlurmBindingAndLimits) {
 
 TEST(DaemonRecordJson, StartingRecordWithPidZeroRoundTrips) {
   DaemonRecord r = plain_record();
-  r.state = "starting";
+  r.state = RecordState::kStarting;
   r.pid = 0;
   r.process_start_ticks = 0;
   EXPECT_EQ(DaemonRecord::from_json(r.to_json()), r);
@@ -455,6 +458,71 @@ TEST_F(RecordStoreTest, ConcurrentFirstUseNeverReportsAStaleMissingStore) {
 }
 
 TEST(RecordFileName, AppendsJson) { EXPECT_EQ(record_file_name("gpu-1"), "gpu-1.json"); }
+
+// Record files written before the state/mode/topology enums replaced strings
+// (tests/unit/fixtures/records, made by DaemonRecord::to_json of that code):
+// each reads back and is written again byte for byte, through the store.
+TEST(RecordFiles, WrittenByEarlierCodeReadAndWriteBackByteIdentical) {
+  const std::string dir = std::string(UNILAB_MPS_TEST_FIXTURES) + "/records";
+  const std::vector<std::string> files = test::dir_entries(dir);
+  ASSERT_EQ(files.size(), 4u) << dir;
+  TempDir tmp;
+  RecordStore in(tmp / "in", geteuid(), getegid(), 0700, 0600);
+  RecordStore out(tmp / "out", geteuid(), getegid(), 0700, 0600);
+  test::make_dir(tmp / "in");
+  for (const auto& f : files) {
+    const std::string name = f.substr(0, f.size() - 5);
+    const std::string before = test::read_text(dir + "/" + f);
+    ASSERT_FALSE(before.empty()) << f;
+    test::write_text(tmp / ("in/" + f), before, 0600);
+    auto rec = in.read(name);
+    ASSERT_TRUE(rec) << f;
+    out.write(*rec);
+    EXPECT_EQ(test::read_text(tmp / ("out/" + f)), before) << f;
+    EXPECT_EQ(DaemonRecord::from_json(nlohmann::json::parse(before)).to_json().dump(2) + "\n", before) << f;
+  }
+}
+
+
+// One string table per enum: every value has its own name and reads back.
+template <typename E, size_t N>
+void expect_table_round_trips(const StringTable<E, N>& table) {
+  std::set<std::string_view> seen;
+  for (size_t i = 0; i < N; ++i) {
+    const E e = static_cast<E>(i);
+    EXPECT_FALSE(table.name(e).empty());
+    EXPECT_TRUE(seen.insert(table.name(e)).second) << table.name(e);
+    EXPECT_EQ(table.lookup(table.name(e)), e) << table.name(e);
+  }
+  EXPECT_FALSE(table.lookup(""));
+  EXPECT_FALSE(table.lookup("STARTING"));
+}
+
+TEST(EnumNames, EachTableRoundTripsAndRefusesOtherStrings) {
+  expect_table_round_trips(kRecordStateNames);
+  expect_table_round_trips(kJobModeNames);
+  expect_table_round_trips(kTopologyModeNames);
+  EXPECT_EQ(to_string(RecordState::kStarting), "starting");
+  EXPECT_EQ(to_string(JobMode::kMulti), "multi");
+  EXPECT_EQ(to_string(TopologyMode::kPerGpu), "task_per_gpu");
+}
+
+// topology.hpp names the modes for plans and HostStatus; the record's table
+// must say the same.
+TEST(EnumNames, TopologyModesAgreeWithThePlanConstants) {
+  std::vector<std::string> names;
+  for (auto n : kTopologyModeNames.names) names.emplace_back(n);
+  EXPECT_EQ(names, kTopologyModes);
+}
+
+TEST(DaemonRecordJson, AnUnknownSlurmModeIsRefused) {
+  DaemonRecord r = make_record("m", 1000, "h", 5, 6, "/run/p", {test::kUuid0});
+  r.slurm = SlurmBinding{"1", "h", JobMode::kMulti, {0}, {}};
+  nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["slurm"]["mode"], "multi");
+  j["slurm"]["mode"] = "mesh";
+  EXPECT_NE(error_of([&] { DaemonRecord::from_json(j); }).find("unknown mode 'mesh'"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace unilab::mps

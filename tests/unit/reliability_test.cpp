@@ -170,7 +170,7 @@ TEST_F(RecoveryTest, CrashBetweenLaunchAndFinalRecordLeavesAnOrphanTheEpilogStop
   RecordStore store = slurm_record_store(cfg);
   auto rec = store.read("job77.n1.gpu2");
   ASSERT_TRUE(rec);
-  EXPECT_EQ(rec->state, "starting");
+  EXPECT_EQ(rec->state, RecordState::kStarting);
   EXPECT_EQ(rec->pid, 0);
 
   auto found = recover_starting_identity(*rec, d.proc);
@@ -181,7 +181,7 @@ TEST_F(RecoveryTest, CrashBetweenLaunchAndFinalRecordLeavesAnOrphanTheEpilogStop
   EXPECT_TRUE(out.ok());
   ASSERT_EQ(out.stopped.size(), 1u);
   EXPECT_EQ(out.stopped[0].pid, orphan);
-  EXPECT_EQ(out.stopped[0].outcome, "quit");
+  EXPECT_EQ(out.stopped[0].outcome, StopOutcome::kQuit);
   EXPECT_FALSE(d.proc.alive(orphan));
   EXPECT_TRUE(entries(cfg.state_dir).empty());
   EXPECT_TRUE(entries(cfg.run_dir).empty());
@@ -198,7 +198,7 @@ TEST_F(RecoveryTest, PidFileIsAcceptedOnlyForTheJobUidAndExactlyThatPipe) {
   d.proc.environ[5001]["CUDA_MPS_PIPE_DIRECTORY"] = pipe;
   test::write_text(pipe + "/" + kPidFileName, "5001\n");
   DaemonRecord probe = started[0];
-  probe.state = "starting";
+  probe.state = RecordState::kStarting;
   probe.pid = 0;
   EXPECT_FALSE(recover_starting_identity(probe, d.proc));
   d.proc.add(5002, test::kOtherUid, 12);
@@ -292,7 +292,7 @@ TEST(DoctorOrphan, ReportsTheDaemonOfAStartingRecord) {
   RecordStore store{tmp / "state", geteuid(), getegid(), 0700, 0600};
   test::make_dir(tmp / "pipe", 0700);
   DaemonRecord r = test::make_record("crashed", geteuid(), "ws1", 0, 0, tmp / "pipe", {test::kUuid0});
-  r.state = "starting";
+  r.state = RecordState::kStarting;
   r.boot_id = d.proc.boot;
   store.write(r);
   StatusQuery q;

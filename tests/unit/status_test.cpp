@@ -144,7 +144,7 @@ TEST_F(StatusTest, ControlPipesIncludeTheDefaultAndEveryRecordsPipe) {
 
 TEST_F(StatusTest, ARecordAtTheDefaultPipeIsNotListedTwice) {
   DaemonRecord r = make_record("sys", 1000, "ws1", 0, 0, "/tmp/nvidia-mps", {test::kUuid0});
-  r.state = "starting";
+  r.state = RecordState::kStarting;
   store.write(r);
   HostStatus h = host_status(d.services, d.tools, store, StatusQuery{});
   ASSERT_EQ(h.control_pipes.size(), 1u);
