@@ -236,7 +236,12 @@ cgroup2_part() {
 
   case_begin contain.v2-cgroup "cgroup v2, RunInJob: daemon and MPS server sit in the job's extern step"
   submit "$(client_cmd 30)"
-  find_record || fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+  if ! find_record; then
+    fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+    case_end "no daemon"
+    KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+    return
+  fi
   wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
   spid=$(children_of "$DPID" | head -n1)
   d=$(cgroup2_of "$DPID") s=$(cgroup2_of "$spid")
