@@ -285,7 +285,8 @@ if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
     check "dpkg -i installs the plugin into Slurm's plugin dir" test -f "$sys_plugin"
     check "unilab-mps is on PATH" bash -c 'command -v unilab-mps | grep -qx /usr/bin/unilab-mps'
     check "man finds unilab-mps(1)" man -w unilab-mps
-    PLUGIN_SO=$sys_plugin PLUGIN_ARGS=$GOOD_ARGS write_plugstack_conf
+    # The shipped example's form: a bare name, looked up in Slurm's PluginDir.
+    printf 'optional unilab_mps.so %s\n' "$GOOD_ARGS" >"$CLUSTER_DIR/etc/plugstack.conf"
     cluster_restart_slurmd
     out=$(unilab-mps doctor --node 2>&1); rc=$?
     expect_eq "doctor --node with the dpkg-installed plugin: exit 0" 0 "$rc"
@@ -294,9 +295,27 @@ if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
     expect_contains "a job runs on the dpkg-installed plugin" "$out" "set_default_active_thread_percentage 30"
     PLUGIN_SO=$PLUGIN PLUGIN_ARGS=$GOOD_ARGS write_plugstack_conf
     cluster_restart_slurmd
-    dpkg -r unilab-mps >>"$WORK/dpkg.log" 2>&1 && DPKG_INSTALLED=0
+    # Removal while a plugstack file still names the plugin warns (postrm);
+    # only a file this test made is touched.
+    conf_d=/etc/slurm/plugstack.conf.d made_conf=
+    if [ ! -e "$conf_d/unilab-mps.conf" ] && mkdir -p "$conf_d" &&
+      cp /usr/share/doc/unilab-mps/examples/plugstack.conf.d/unilab-mps.conf "$conf_d/"; then
+      made_conf=$conf_d/unilab-mps.conf
+    fi
+    out=$(dpkg -r unilab-mps 2>&1) && DPKG_INSTALLED=0
+    printf '%s\n' "$out" >>"$WORK/dpkg.log"
     check_not "dpkg -r removes the plugin" test -e "$sys_plugin"
     check_not "dpkg -r removes the CLI" test -e /usr/bin/unilab-mps
+    if [ -n "$made_conf" ]; then
+      expect_contains "dpkg -r warns that $made_conf still names the plugin" "$out" \
+        "warning: $made_conf still names unilab_mps.so"
+      rm -f "$made_conf"
+      dpkg -i "$DEB" >>"$WORK/dpkg.log" 2>&1 && DPKG_INSTALLED=1
+      out=$(dpkg -r unilab-mps 2>&1) && DPKG_INSTALLED=0
+      expect_not_contains "no warning once no plugstack file names the plugin" "$out" "still names unilab_mps.so"
+    else
+      skip "dpkg -r warning" "$conf_d/unilab-mps.conf exists on this machine (not touched)"
+    fi
   else
     fail "dpkg -i" "$(tail -5 "$WORK/dpkg.log")"
   fi
