@@ -29,7 +29,8 @@ DPKG_INSTALLED=0
 teardown() {
   cluster_down
   for pid in $(mps_daemons_under "$WORK"); do kill -9 "$pid" 2>/dev/null; done
-  if [ "$DPKG_INSTALLED" = 1 ]; then dpkg -r unilab-mps >/dev/null 2>&1; fi
+  # purge: the postrm keeps a removed package in dpkg's "config-files" state
+  if [ "$DPKG_INSTALLED" = 1 ]; then dpkg --purge unilab-mps >/dev/null 2>&1; fi
   rm -rf "$WORK"
 }
 trap teardown EXIT
@@ -277,7 +278,7 @@ expect_contains "task's client joins its daemon" "$out" "connected to MPS server
 
 if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
   echo "== dpkg -i / dpkg -r"
-  if dpkg -s unilab-mps >/dev/null 2>&1; then
+  if [ "$(dpkg-query -W -f='${Status}' unilab-mps 2>/dev/null)" = "install ok installed" ]; then
     fail "unilab-mps is already installed on this machine: not touching it"
   elif dpkg -i "$DEB" >"$WORK/dpkg.log" 2>&1; then
     DPKG_INSTALLED=1
@@ -316,6 +317,7 @@ if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
     else
       skip "dpkg -r warning" "$conf_d/unilab-mps.conf exists on this machine (not touched)"
     fi
+    dpkg --purge unilab-mps >>"$WORK/dpkg.log" 2>&1
   else
     fail "dpkg -i" "$(tail -5 "$WORK/dpkg.log")"
   fi
