@@ -50,7 +50,19 @@ if(UNILAB_MPS_SLURM_SERIES)
       CACHE STRING "Slurm dependency of the .deb")
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "${UNILAB_MPS_DEB_SLURM_DEPENDS}")
 endif()
+# postrm: after removal, warn while a plugstack file still names the plugin.
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${PROJECT_SOURCE_DIR}/packaging/deb/postrm")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 # The NVIDIA tools come from the driver installation (Debian non-free names
 # below, or NVIDIA's .run/.deb); their paths are plugin arguments.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "nvidia-smi, nvidia-cuda-mps")
 include(CPack)
+
+# ---------------------------------------------------------------- RPM spec
+# packaging/unilab-mps.spec (rpmbuild -ta on a release tarball, docs/ADMIN.md)
+# carries its own Version: it must be this project's.
+file(STRINGS "${PROJECT_SOURCE_DIR}/packaging/unilab-mps.spec" _spec_version REGEX "^Version:")
+string(REGEX REPLACE "^Version:[ \t]*" "" _spec_version "${_spec_version}")
+if(NOT _spec_version STREQUAL PROJECT_VERSION)
+  message(FATAL_ERROR "packaging/unilab-mps.spec says Version: ${_spec_version}, the project is ${PROJECT_VERSION}: make them equal")
+endif()

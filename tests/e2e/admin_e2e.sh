@@ -29,7 +29,8 @@ DPKG_INSTALLED=0
 teardown() {
   cluster_down
   for pid in $(mps_daemons_under "$WORK"); do kill -9 "$pid" 2>/dev/null; done
-  if [ "$DPKG_INSTALLED" = 1 ]; then dpkg -r unilab-mps >/dev/null 2>&1; fi
+  # purge: the postrm keeps a removed package in dpkg's "config-files" state
+  if [ "$DPKG_INSTALLED" = 1 ]; then dpkg --purge unilab-mps >/dev/null 2>&1; fi
   rm -rf "$WORK"
 }
 trap teardown EXIT
@@ -277,7 +278,7 @@ expect_contains "task's client joins its daemon" "$out" "connected to MPS server
 
 if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
   echo "== dpkg -i / dpkg -r"
-  if dpkg -s unilab-mps >/dev/null 2>&1; then
+  if [ "$(dpkg-query -W -f='${Status}' unilab-mps 2>/dev/null)" = "install ok installed" ]; then
     fail "unilab-mps is already installed on this machine: not touching it"
   elif dpkg -i "$DEB" >"$WORK/dpkg.log" 2>&1; then
     DPKG_INSTALLED=1
@@ -285,7 +286,8 @@ if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
     check "dpkg -i installs the plugin into Slurm's plugin dir" test -f "$sys_plugin"
     check "unilab-mps is on PATH" bash -c 'command -v unilab-mps | grep -qx /usr/bin/unilab-mps'
     check "man finds unilab-mps(1)" man -w unilab-mps
-    PLUGIN_SO=$sys_plugin PLUGIN_ARGS=$GOOD_ARGS write_plugstack_conf
+    # The shipped example's form: a bare name, looked up in Slurm's PluginDir.
+    printf 'optional unilab_mps.so %s\n' "$GOOD_ARGS" >"$CLUSTER_DIR/etc/plugstack.conf"
     cluster_restart_slurmd
     out=$(unilab-mps doctor --node 2>&1); rc=$?
     expect_eq "doctor --node with the dpkg-installed plugin: exit 0" 0 "$rc"
@@ -294,9 +296,28 @@ if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
     expect_contains "a job runs on the dpkg-installed plugin" "$out" "set_default_active_thread_percentage 30"
     PLUGIN_SO=$PLUGIN PLUGIN_ARGS=$GOOD_ARGS write_plugstack_conf
     cluster_restart_slurmd
-    dpkg -r unilab-mps >>"$WORK/dpkg.log" 2>&1 && DPKG_INSTALLED=0
+    # Removal while a plugstack file still names the plugin warns (postrm);
+    # only a file this test made is touched.
+    conf_d=/etc/slurm/plugstack.conf.d made_conf=
+    if [ ! -e "$conf_d/unilab-mps.conf" ] && mkdir -p "$conf_d" &&
+      cp /usr/share/doc/unilab-mps/examples/plugstack.conf.d/unilab-mps.conf "$conf_d/"; then
+      made_conf=$conf_d/unilab-mps.conf
+    fi
+    out=$(dpkg -r unilab-mps 2>&1) && DPKG_INSTALLED=0
+    printf '%s\n' "$out" >>"$WORK/dpkg.log"
     check_not "dpkg -r removes the plugin" test -e "$sys_plugin"
     check_not "dpkg -r removes the CLI" test -e /usr/bin/unilab-mps
+    if [ -n "$made_conf" ]; then
+      expect_contains "dpkg -r warns that $made_conf still names the plugin" "$out" \
+        "warning: $made_conf still names unilab_mps.so"
+      rm -f "$made_conf"
+      dpkg -i "$DEB" >>"$WORK/dpkg.log" 2>&1 && DPKG_INSTALLED=1
+      out=$(dpkg -r unilab-mps 2>&1) && DPKG_INSTALLED=0
+      expect_not_contains "no warning once no plugstack file names the plugin" "$out" "still names unilab_mps.so"
+    else
+      skip "dpkg -r warning" "$conf_d/unilab-mps.conf exists on this machine (not touched)"
+    fi
+    dpkg --purge unilab-mps >>"$WORK/dpkg.log" 2>&1
   else
     fail "dpkg -i" "$(tail -5 "$WORK/dpkg.log")"
   fi

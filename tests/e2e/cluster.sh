@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# tests/e2e/cluster.sh: a throwaway, real Slurm 22.05 cluster on this machine.
+# tests/e2e/cluster.sh: a throwaway, real Slurm cluster on this machine (the
+# host's Slurm 22.05, or Slurm 24.11 inside scripts/slurm-root's Debian 13 root).
 #
 # Source it (`source tests/e2e/cluster.sh`), then call cluster_up / cluster_down.
 # Everything (config, state, spool, pid and log files, fake GPU device nodes)
@@ -9,6 +10,11 @@
 # Inputs (environment / shell variables read by cluster_up):
 #   CLUSTER_DIR        temp dir to create (default: mktemp -d /tmp/unilab-e2e.XXXXXX)
 #   CLUSTER_MODE       plain (linuxproc, task/none) | cgroup (cgroup v1, ConstrainDevices)
+#                      | cgroup2 (cgroup v2, ConstrainDevices, IgnoreSystemd; Slurm
+#                      23.11+ only, with cgroup2 mounted at /sys/fs/cgroup:
+#                      tests/e2e/cgroup2/README.md)
+#   CLUSTER_CGROUP2_SHIM  cgroup2 mode: LD_PRELOAD for the Slurm daemons (the
+#                      test-only shim of tests/e2e/cgroup2 on a hybrid host)
 #   CLUSTER_NODES      1 or 2 (nodes n1[, n2] on this host, distinct slurmd ports)
 #   CLUSTER_PORT_BASE  slurmctld port; slurmd of node i gets base+i (default 16817)
 #   GPU_MINORS         fake GPU minors in GRES order (default "3 1 0 2")
@@ -330,8 +336,8 @@ _ue2e_write_slurm_conf() {
     local proctrack=proctrack/linuxproc task=task/none
     case ${CLUSTER_MODE:-plain} in
     plain) ;;
-    cgroup) proctrack=proctrack/cgroup task=task/cgroup ;;
-    *) _ue2e_err "CLUSTER_MODE must be plain or cgroup, not '${CLUSTER_MODE}'"; return 1 ;;
+    cgroup | cgroup2) proctrack=proctrack/cgroup task=task/cgroup ;;
+    *) _ue2e_err "CLUSTER_MODE must be plain, cgroup or cgroup2, not '${CLUSTER_MODE}'"; return 1 ;;
     esac
     {
         cat <<EOF
@@ -386,7 +392,8 @@ EOF
         done
         printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
         local flags=${CLUSTER_PROLOG_FLAGS:-}
-        [[ -n $flags ]] || { [[ ${CLUSTER_MODE:-plain} == cgroup ]] && flags=Contain; }
+        # cgroup v2: the prolog must run in the job (RunInJob, 23.11+).
+        [[ -n $flags ]] || case ${CLUSTER_MODE:-plain} in cgroup) flags=Contain ;; cgroup2) flags=RunInJob ;; esac
         [[ -z $flags || $flags == none ]] || printf 'PrologFlags=%s\n' "$flags"
         [[ -z ${CLUSTER_EXTRA_CONF:-} ]] || printf '%s\n' "$CLUSTER_EXTRA_CONF"
     } >"$d/etc/slurm.conf"
@@ -410,6 +417,16 @@ _ue2e_write_cgroup_conf() {
         cat >"$CLUSTER_DIR/etc/cgroup.conf" <<'EOF'
 CgroupPlugin=cgroup/v1
 CgroupMountpoint=/sys/fs/cgroup
+ConstrainDevices=yes
+ConstrainCores=no
+ConstrainRAMSpace=no
+EOF
+    elif [[ ${CLUSTER_MODE:-plain} == cgroup2 ]]; then
+        # No systemd (and no dbus) here: slurmd makes its own scope.
+        cat >"$CLUSTER_DIR/etc/cgroup.conf" <<'EOF'
+CgroupPlugin=cgroup/v2
+CgroupMountpoint=/sys/fs/cgroup
+IgnoreSystemd=yes
 ConstrainDevices=yes
 ConstrainCores=no
 ConstrainRAMSpace=no
@@ -463,7 +480,9 @@ _ue2e_record_pid() {
 }
 
 _ue2e_daemon_env() {
-    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "$@"
+    local preload=()
+    [[ ${CLUSTER_MODE:-plain} == cgroup2 && -n ${CLUSTER_CGROUP2_SHIM:-} ]] && preload=("LD_PRELOAD=$CLUSTER_CGROUP2_SHIM")
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 "${preload[@]}" "$@"
 }
 
 _ue2e_start_slurmctld() {
@@ -535,7 +554,11 @@ cluster_up() {
     [[ $nnodes == 1 || $nnodes == 2 ]] || { _ue2e_err "CLUSTER_NODES must be 1 or 2, not '$nnodes'"; return 1; }
     [[ $(id -u) == 0 ]] || { _ue2e_err "cluster_up needs root"; return 1; }
     mkdir -p "$_UE2E_REGISTRY" || return 1
-    if [[ ${CLUSTER_MODE:-plain} == cgroup ]]; then
+    if [[ ${CLUSTER_MODE:-plain} == cgroup2 && $(stat -f -c %T /sys/fs/cgroup 2>/dev/null) != cgroup2fs ]]; then
+        _ue2e_err "CLUSTER_MODE=cgroup2 needs cgroup v2 mounted at /sys/fs/cgroup (SLURM_ROOT_CGROUP2=1 scripts/slurm-root run ...)"
+        return 1
+    fi
+    if [[ ${CLUSTER_MODE:-plain} == cgroup* ]]; then
         # Every cgroup-mode slurmd on this machine uses the same v1 root
         # (slurm_<node>): one such cluster at a time. The lock lives as long
         # as this shell (fd 9), so waiting here serializes concurrent runs.
@@ -578,7 +601,7 @@ cluster_down() {
     if [[ -f $reg ]] && read -r regdir _rest <"$reg" && [[ $regdir == "$dir" ]]; then
         rm -f "$reg"
     fi
-    if grep -qx 'CLUSTER_MODE=cgroup' "$dir/state/params" 2>/dev/null; then exec 9>&-; fi  # the cgroup lock
+    if grep -qx 'CLUSTER_MODE=cgroup2\{0,1\}' "$dir/state/params" 2>/dev/null; then exec 9>&-; fi  # the cgroup lock
     if ((rc)); then
         _ue2e_err "some daemons of $dir did not stop; keeping the dir"
     elif [[ ${KEEP_CLUSTER_LOGS:-0} == 1 ]]; then
@@ -598,13 +621,21 @@ cluster_down() {
 # build names its v1 root slurm_<node> (multiple-slurmd support), so only our
 # node names are touched; rmdir fails harmlessly on a cgroup with tasks.
 _ue2e_cgroup_cleanup() {
-    local dir=$1 nodes d i
-    grep -qx 'CLUSTER_MODE=cgroup' "$dir/state/params" 2>/dev/null || return 0
+    local dir=$1 nodes d i pattern
+    if grep -qx 'CLUSTER_MODE=cgroup' "$dir/state/params" 2>/dev/null; then
+        pattern='/sys/fs/cgroup/*/slurm_n%d'
+    elif grep -qx 'CLUSTER_MODE=cgroup2' "$dir/state/params" 2>/dev/null; then
+        # cgroup v2 with IgnoreSystemd: slurmd's own scope per node.
+        pattern='/sys/fs/cgroup/system.slice/n%d_slurmstepd.scope'
+    else
+        return 0
+    fi
     nodes=$(sed -n 's/^CLUSTER_NODES=//p' "$dir/state/params")
     for ((i = 1; i <= ${nodes:-1}; i++)); do
+        # shellcheck disable=SC2046 # the v1 pattern is a glob
         while IFS= read -r d; do
             rmdir "$d" 2>/dev/null || true
-        done < <(find /sys/fs/cgroup/*/"slurm_n$i" -depth -type d 2>/dev/null)
+        done < <(find $(printf "$pattern" "$i") -depth -type d 2>/dev/null)
     done
 }
 

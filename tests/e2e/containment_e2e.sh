@@ -8,6 +8,11 @@
 #            a daemon that ignores quit and leaves its servers on SIGTERM),
 #            the daemon's process state; the same node without Contain
 #            refuses --unilab-mps jobs
+#   cgroup2  cgroup v2 (Slurm 23.11+, PrologFlags=RunInJob, IgnoreSystemd):
+#            daemon and server in the job's extern step, only the job's GPU
+#            open to them, nothing left after the job. Not in the default
+#            parts: it needs cgroup2 at /sys/fs/cgroup and, on a hybrid
+#            machine, the test-only shim of tests/e2e/cgroup2 (README there)
 #   plain    no cgroups, so the epilog does the reaping: `quit -t` ends a
 #            daemon whose client outlives the job, servers left behind by a
 #            SIGTERMed daemon are found and killed, hostile directory trees
@@ -16,13 +21,13 @@
 #            dir is world-writable, or naming directories that are not theirs
 # Every case prints `CASE <id> PASS|FAIL <observed>` and the suite ends with
 # `N passed, M failed`; it fails when fewer than MIN_CASES cases ran.
-# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers ...]
+# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers|cgroup2 ...]
 # Env: CLUSTER_PORT_BASE (default 18700), KEEP_CLUSTER_LOGS=1.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 . "$here/cluster.sh"
-build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers ...]}" && pwd)
+build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers|cgroup2 ...]}" && pwd)
 shift
 parts=("$@")
 ((${#parts[@]})) || parts=(helpers plain cgroup)
@@ -220,6 +225,46 @@ cgroup_part() {
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 }
 
+# The v2 line of /proc/PID/cgroup ("0::PATH" -> PATH).
+cgroup2_of() { sed -n 's/^0:://p' "/proc/$1/cgroup" 2>/dev/null; }
+
+cgroup2_part() {
+  local shim d s spid probe want=() i
+  shim=$(bash "$here/cgroup2/build.sh" "$STAGE") || { fail "cgroup2: the /proc cgroup shim builds"; return; }
+  fake_conf
+  CLUSTER_CGROUP2_SHIM=$shim bring_up cgroup2 || { fail "cgroup2: cluster up"; cluster_down; return; }
+
+  case_begin contain.v2-cgroup "cgroup v2, RunInJob: daemon and MPS server sit in the job's extern step"
+  submit "$(client_cmd 30)"
+  if ! find_record; then
+    fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+    case_end "no daemon"
+    KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+    return
+  fi
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  spid=$(children_of "$DPID" | head -n1)
+  d=$(cgroup2_of "$DPID") s=$(cgroup2_of "$spid")
+  expect_contains "daemon's cgroup is the job's extern step" "$d" "/job_$JOB/step_extern"
+  expect_contains "server's cgroup is the job's extern step" "$s" "/job_$JOB/step_extern"
+  case_end "daemon $d; server $s"
+
+  case_begin contain.v2-devices "cgroup v2: a process the daemon forks opens only the job's GPU device file"
+  probe=$(printf '_open_devices %s\n' "${GPU_DEVS[*]}" | as_user unimps1 env CUDA_MPS_PIPE_DIRECTORY="$PIPE" "$FAKES/nvidia-cuda-mps-control" 2>&1)
+  for i in 0 1 2 3; do
+    if [ "$i" = "$GRES" ]; then want+=("${GPU_DEVS[$i]} ENXIO"); else want+=("${GPU_DEVS[$i]} EPERM"); fi
+  done
+  expect_eq "the job's GPU is open to the daemon's tree, the node's other GPUs are denied" "$(printf '%s\n' "${want[@]}")" "$probe"
+  case_end "$(printf '%s' "$probe" | sed "s#$CLUSTER_DIR/dev/##g")"
+
+  case_begin contain.v2-reaped "cgroup v2, scancel: no process of the daemon's tree, dir or record is left"
+  as_user unimps1 scancel "$JOB"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  expect_tree_gone "$spid"
+  case_end "daemon and server gone after scancel"
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+}
+
 plain_part() {
   fake_conf
   bring_up plain || { fail "plain: cluster up"; cluster_down; return; }
@@ -372,6 +417,7 @@ for part in "${parts[@]}"; do
     helpers) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 8)); helpers_part ;;
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 6)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_part ;;
+    cgroup2) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 5)); cgroup2_part ;;
     *) fail "unknown part $part" ;;
   esac
 done
