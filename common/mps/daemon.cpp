@@ -514,7 +514,7 @@ DaemonRecord start_daemon_until(Services& s, const Tools& tools, RecordStore& st
                                 std::chrono::steady_clock::time_point deadline) {
   validate_request(req);
   if (store.read(req.name)) {
-    throw CudaMpsError(fmt::format("a daemon named '{}' is already recorded; run `unilab-mps stop {}` first", req.name, req.name));
+    throw CudaMpsError(fmt::format("a daemon named '{}' is already recorded in {}; stop that daemon first", req.name, store.root()));
   }
   Starting st{s, tools, store, req, deadline, prepare_directories(req)};
   claim(st);

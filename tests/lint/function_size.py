@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a function body in the product code is longer than the limit.
 
-Usage: function_size.py [--max N] [--list] FILE...
+Usage: function_size.py [--max N] [--list] FILE_OR_DIR...   (a folder: its *.cpp and *.hpp, recursively)
 
 A small C++ reader, not a compiler: comments and string/char literals
 (raw strings included) are blanked first, then every `{` whose preceding
@@ -11,6 +11,7 @@ blocks count toward the function that holds them. The length is the number
 of lines from the opening to the closing brace, both included. `--list`
 prints every function with its length (to see the reader at work).
 """
+import os
 import re
 import sys
 
@@ -77,6 +78,9 @@ def main(argv):
             limit = int(next(it))
         elif a == "--list":
             listing = True
+        elif os.path.isdir(a):
+            for d, _, names in sorted(os.walk(a)):
+                files += [os.path.join(d, n) for n in sorted(names) if n.endswith((".cpp", ".hpp"))]
         else:
             files.append(a)
     if not files:
