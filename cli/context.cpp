@@ -7,20 +7,18 @@
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
+#include "common/mps/env.hpp"
 #include "common/mps/nvidia_checks.hpp"
 
 namespace unilab::mps::cli {
 
-std::optional<std::string> getenv_opt(const char* key) {
-  const char* v = std::getenv(key);
-  return v == nullptr ? std::nullopt : std::optional<std::string>(v);
-}
+std::optional<std::string> getenv_opt(const char* key) { return process_env(key); }
 
 std::string default_user_state_dir() {
-  const char* xdg = std::getenv("XDG_STATE_HOME");
-  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/unilab-mps";
-  const char* home = std::getenv("HOME");
-  std::string h = home != nullptr && home[0] == '/' ? home : "";
+  auto xdg = process_env("XDG_STATE_HOME");
+  if (xdg && !xdg->empty() && (*xdg)[0] == '/') return *xdg + "/unilab-mps";
+  auto home = process_env("HOME");
+  std::string h = home && !home->empty() && (*home)[0] == '/' ? *home : "";
   if (h.empty()) {
     struct passwd* pw = getpwuid(getuid());
     if (pw != nullptr && pw->pw_dir != nullptr) h = pw->pw_dir;

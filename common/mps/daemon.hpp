@@ -18,19 +18,9 @@
 #include "common/mps/proc.hpp"
 #include "common/mps/record.hpp"
 #include "common/mps/runner.hpp"
+#include "common/mps/tools.hpp"
 
 namespace unilab::mps {
-
-// Absolute paths of the NVIDIA tools (no PATH lookup, ever).
-// `driver_dir` (plugin driver_dir=, CLI --driver-dir): where the driver keeps
-// bin/ and lib64/ when that is not /usr/bin and the linker path; the tools
-// then run with tool_environment(driver_dir) (runner.hpp) and, unless given
-// explicitly, are looked for in <driver_dir>/bin (nvidia_tools.hpp).
-struct Tools {
-  std::string nvidia_smi = "/usr/bin/nvidia-smi";
-  std::string mps_control = "/usr/bin/nvidia-cuda-mps-control";
-  std::optional<std::string> driver_dir;
-};
 
 // The seams every lifecycle operation goes through.
 struct Services {

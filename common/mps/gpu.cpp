@@ -58,15 +58,6 @@ std::pair<std::string, bool> uuid_body(std::string_view value) {
 
 }  // namespace
 
-std::string join(const std::vector<std::string>& parts, std::string_view sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i) out += sep;
-    out += parts[i];
-  }
-  return out;
-}
-
 bool looks_like_gpu_uuid(std::string_view value) {
   auto [body, mig] = uuid_body(value);
   (void)mig;

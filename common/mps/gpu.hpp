@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mps/text.hpp"  // join
 #include "common/mps/runner.hpp"
 
 namespace unilab::mps {
@@ -113,7 +114,5 @@ std::vector<std::string> resolve_mps_visibility_entries(const std::vector<std::s
 std::vector<std::string> resolve_mps_visibility_entries(const std::vector<std::string>& entries,
                                                         CommandRunner& runner,
                                                         const std::string& nvidia_smi);
-
-std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
 }  // namespace unilab::mps

@@ -1,3 +1,4 @@
+#include "common/mps/env.hpp"
 #include "common/mps/probe.hpp"
 
 #include <fcntl.h>
@@ -341,10 +342,7 @@ std::optional<int> parse_cuda_device_index(std::string_view device) {
   return index;
 }
 
-std::optional<std::string> system_env(const std::string& key) {
-  const char* v = std::getenv(key.c_str());
-  return v == nullptr ? std::nullopt : std::optional<std::string>(v);
-}
+std::optional<std::string> system_env(const std::string& key) { return process_env(key.c_str()); }
 
 std::optional<std::string> VisibleDevicesResolver::uuid_for(const std::string& device) {
   auto index = parse_cuda_device_index(device);

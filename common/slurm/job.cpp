@@ -446,13 +446,6 @@ const DaemonRecord* daemon_serving(const std::vector<DaemonRecord>& records, con
 
 }  // namespace
 
-Getenv process_getenv() {
-  return [](const char* key) -> std::optional<std::string> {
-    const char* v = std::getenv(key);
-    return v == nullptr ? std::nullopt : std::optional<std::string>(v);
-  };
-}
-
 JobContext job_context_from_env(const Getenv& env) {
   JobContext j;
   j.job_id = std::to_string(parse_id<unsigned long>(env("SLURM_JOB_ID"), "SLURM_JOB_ID"));

@@ -12,14 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/mps/env.hpp"
 #include "common/mps/daemon.hpp"
 #include "common/mps/record.hpp"
 #include "common/slurm/slurm_config.hpp"
 
 namespace unilab::mps {
 
-using Getenv = std::function<std::optional<std::string>(const char*)>;
-Getenv process_getenv();
 
 // What Slurm gives a prolog/epilog (no PATH, no HOME there).
 struct JobContext {

@@ -1,3 +1,4 @@
+#include "common/mps/env.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
 
 #include <sys/stat.h>
@@ -21,8 +22,7 @@ SlurmConfLocation locate_slurm_conf(const std::optional<std::string>& slurm_conf
 }
 
 SlurmConfLocation locate_slurm_conf() {
-  const char* env = std::getenv("SLURM_CONF");
-  return locate_slurm_conf(env ? std::optional<std::string>(env) : std::nullopt, [](const std::string& p) {
+  return locate_slurm_conf(process_env("SLURM_CONF"), [](const std::string& p) {
     struct stat st {};
     return ::stat(p.c_str(), &st) == 0;
   });

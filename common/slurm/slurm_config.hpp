@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/mps/daemon.hpp"
-#include "common/mps/daemon.hpp"
+#include "common/mps/private_fs.hpp"  // PrivateFsLimits
+#include "common/mps/tools.hpp"
 #include "common/mps/units.hpp"  // parse_size_bytes, parse_seconds
 
 namespace unilab::mps {

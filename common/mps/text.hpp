@@ -1,0 +1,13 @@
+// Small text helpers shared by every part of the core.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace unilab::mps {
+
+// parts[0] + sep + parts[1] + ...; "" for none.
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+
+}  // namespace unilab::mps
