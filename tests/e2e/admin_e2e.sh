@@ -20,7 +20,7 @@ build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18500}
 [ "$(id -u)" -eq 0 ] || { echo "admin_e2e: run as root" >&2; exit 1; }
 
-WORK=$(mktemp -d /tmp/unilab-admin-e2e.XXXXXX)
+WORK=$(mktemp -d /tmp/uadm.XXXXXX)  # short: run_dir/.../pipe/control_privileged must fit 107 bytes
 chmod 755 "$WORK"
 ROOT=$WORK/root
 STAGE=$WORK/stage

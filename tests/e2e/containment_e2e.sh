@@ -113,7 +113,7 @@ G1=$(id -g unimps1)
 
 # ------------------------------------------------------------------ cluster parts
 bring_up() { # bring_up MODE [PrologFlags]
-  CLUSTER_DIR=$(mktemp -d /tmp/unilab-contain-c.XXXXXX)
+  CLUSTER_DIR=$(mktemp -d /tmp/uct-c.XXXXXX)  # short: run_dir/.../pipe/control_privileged must fit 107 bytes
   chmod 755 "$CLUSTER_DIR"
   STATE_DIR=$CLUSTER_DIR/mps-state
   RUN_DIR=$CLUSTER_DIR/mps-run

@@ -25,7 +25,7 @@ parts=("$@")
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18100}
 T0=$SECONDS
 
-STAGE=$(mktemp -d /tmp/unilab-faults.XXXXXX)
+STAGE=$(mktemp -d /tmp/ufl.XXXXXX)  # short: run_dir/.../pipe/control_privileged must fit 107 bytes
 chmod 755 "$STAGE"
 stage_binaries "$build" "$STAGE"
 FAKES=$STAGE/fakes

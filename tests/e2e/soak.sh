@@ -27,7 +27,7 @@ while (($#)); do
 done
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18200}
 
-STAGE=$(mktemp -d /tmp/unilab-soak.XXXXXX)
+STAGE=$(mktemp -d /tmp/usk.XXXXXX)  # short: run_dir/.../pipe/control_privileged must fit 107 bytes
 chmod 755 "$STAGE"
 stage_binaries "$build" "$STAGE"
 FAKES=$STAGE/fakes
