@@ -12,10 +12,10 @@ namespace {
 
 const std::vector<GpuIdentity>& table() {
   static const std::vector<GpuIdentity> t = {
-      {0, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 2, "00000000:85:00.0", "NVIDIA H200"},
-      {1, "GPU-7fdaf0a5-1111-2222-3333-444455556666", 0, "00000000:05:00.0", "NVIDIA H200"},
-      {2, "GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60", 3, "00000000:C5:00.0", "NVIDIA H200"},
-      {3, "GPU-0f1e2d3c-4b5a-4697-8877-66554433aa10", 1, "00000000:45:00.0", "NVIDIA H200"},
+      {0, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 2, "00000000:85:00.0", "NVIDIA H200", "Exclusive_Process", "Disabled"},
+      {1, "GPU-7fdaf0a5-1111-2222-3333-444455556666", 0, "00000000:05:00.0", "NVIDIA H200", "Exclusive_Process", "Disabled"},
+      {2, "GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60", 3, "00000000:C5:00.0", "NVIDIA H200", "Exclusive_Process", "Disabled"},
+      {3, "GPU-0f1e2d3c-4b5a-4697-8877-66554433aa10", 1, "00000000:45:00.0", "NVIDIA H200", "Exclusive_Process", "Disabled"},
   };
   return t;
 }
