@@ -20,6 +20,10 @@ work=$(mktemp -d /tmp/unilab-helpers.XXXXXX)
 chmod 755 "$work"
 cleanup() {
   for pid in $(mps_daemons_under "$work"); do kill -9 "$pid" 2>/dev/null; done
+  # The survivor case's epilog keeps its daemon dir (a tmpfs) on purpose, as
+  # it would on a node that drains: unmount what is left under $work, deepest
+  # first, before removing it.
+  awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
   rm -rf "$work"
 }
 trap cleanup EXIT
