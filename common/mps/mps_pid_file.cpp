@@ -12,7 +12,7 @@
 
 namespace unilab::mps {
 
-std::optional<pid_t> parse_mps_pid_file(std::string_view t) {
+std::optional<pid_t> parse_pid_file_text(std::string_view t) {
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
   pid_t pid = 0;
   auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
@@ -28,7 +28,7 @@ std::optional<pid_t> read_mps_pid_file(const std::string& pipe_directory, uid_t 
     auto text = read_file_at(dir.get(), kPidFileName, 64);
     if (!text) {
       reason = fmt::format("{}/{} does not exist", pipe_directory, kPidFileName);
-    } else if (pid = parse_mps_pid_file(*text); !pid) {
+    } else if (pid = parse_pid_file_text(*text); !pid) {
       reason = fmt::format("{}/{} holds no pid", pipe_directory, kPidFileName);
     }
   } catch (const CudaMpsError& e) {

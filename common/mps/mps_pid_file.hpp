@@ -13,9 +13,9 @@
 
 namespace unilab::mps {
 
-// The pid in the file's text: decimal digits, trailing white space allowed;
-// nullopt for anything else (empty, signs, zero, junk).
-std::optional<pid_t> parse_mps_pid_file(std::string_view text);
+// The pid in a pid file's text (MPS's, slurmd's): decimal digits, trailing
+// white space allowed; nullopt for anything else (empty, signs, zero, junk).
+std::optional<pid_t> parse_pid_file_text(std::string_view text);
 
 // The pid in `<pipe_directory>/nvidia-cuda-mps-control.pid`, read only from a
 // directory owned by root or `uid` that nobody else can write (a pid planted

@@ -24,6 +24,7 @@
 #include "common/mps/gpu.hpp"
 #include "common/slurm/gres.hpp"
 #include "common/mps/mps_control.hpp"
+#include "common/mps/mps_pid_file.hpp"
 #include "common/mps/proc.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/slurm/config_text.hpp"
@@ -336,13 +337,6 @@ void gather_plugin(NodeProbe& probe, NodeFacts& f) {
   }
 }
 
-pid_t parse_pid_text(std::string t) {
-  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-  pid_t pid = 0;
-  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), pid);
-  return ec != std::errc() || p != t.data() + t.size() ? 0 : pid;
-}
-
 // `slurmd -V` of the running slurmd's own executable: the release that
 // actually runs, whatever else is installed.
 void gather_slurm_version(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
@@ -361,7 +355,7 @@ void gather_slurmd(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
   f.slurmd_pid_file =
       expand_node_pattern(f.conf.get("slurmdpidfile").value_or(f.options.default_slurmd_pid_file), f.node, f.host);
   f.slurmd_pid_text = probe.read_file(f.slurmd_pid_file);
-  if (f.slurmd_pid_text) f.slurmd_pid = parse_pid_text(*f.slurmd_pid_text);
+  if (f.slurmd_pid_text) f.slurmd_pid = parse_pid_file_text(*f.slurmd_pid_text).value_or(0);
   if (f.slurmd_pid > 0) {
     f.slurmd_name = probe.process_name(f.slurmd_pid);
     f.slurmd_started = probe.process_start_time(f.slurmd_pid);

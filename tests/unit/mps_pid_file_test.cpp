@@ -17,14 +17,14 @@ using namespace std::chrono_literals;
 using test::TempDir;
 
 TEST(ParseMpsPidFile, ReadsDigitsWithTrailingWhiteSpace) {
-  EXPECT_EQ(parse_mps_pid_file("4242"), 4242);
-  EXPECT_EQ(parse_mps_pid_file("4242\n"), 4242);
-  EXPECT_EQ(parse_mps_pid_file("4242 \t\n"), 4242);
+  EXPECT_EQ(parse_pid_file_text("4242"), 4242);
+  EXPECT_EQ(parse_pid_file_text("4242\n"), 4242);
+  EXPECT_EQ(parse_pid_file_text("4242 \t\n"), 4242);
 }
 
 TEST(ParseMpsPidFile, RefusesAnythingElse) {
   for (const char* t : {"", "\n", "0", "-5", "+5", "12x", "x12", " 12", "1 2", "99999999999999999999"}) {
-    EXPECT_FALSE(parse_mps_pid_file(t)) << '"' << t << '"';
+    EXPECT_FALSE(parse_pid_file_text(t)) << '"' << t << '"';
   }
 }
 
