@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every document in the repository stands on its own: each relative link in a
 # tracked Markdown file resolves to a tracked file or folder inside the
-# repository, no text points at a briefing outside it (../shared, /work/), and
+# repository, no text points at a briefing folder beside the checkout or under /work, and
 # no text uses words a user of this project cannot resolve ("the seed" for the
 # API it implements: name the `cuda_process_sharing` key or the `HostStatus`
 # JSON instead). Fuzzing's own "seeds" (tests/fuzz/corpus) are not that word.
