@@ -80,6 +80,7 @@ int remote_task_init(spank_t sp, int, char**) {
     if (auto why = state().prolog_failures.find(task.node); records.empty() && has_gpus && why != state().prolog_failures.end()) {
       throw CudaMpsError(prolog_failure_message(task.job_id, task.node, why->second));
     }
+    if (records.empty()) task.prolog_runs_in_job = site_runs_prolog_in_job();
     TaskEnvironment env = compute_task_environment(records, task, devices, proc, !batch_step);
     if (!env.daemon_name.empty() && env.containment) {
       // The prolog's mover puts the daemon into the job's cgroup once Slurm

@@ -19,6 +19,7 @@
 #include "common/mps/errors.hpp"
 #include "common/mps/runner.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -144,6 +145,14 @@ CgroupSite read_cgroup_site(const std::string& slurm_conf) {
   const std::string cgroup_conf = split_parent(slurm_conf).first + "/cgroup.conf";
   if (probe.stat(cgroup_conf).exists) cgroup = read_slurm_conf(probe, cgroup_conf);
   return cgroup_site_from(slurm, cgroup);
+}
+
+bool site_runs_prolog_in_job() {
+  try {
+    return read_cgroup_site(locate_slurm_conf().path).prolog_run_in_job;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 bool SystemCgroupFs::is_dir(const std::string& path) {

@@ -56,6 +56,10 @@ CgroupSite cgroup_site_from(const SlurmConf& slurm_conf, const std::optional<Slu
 // CudaMpsError when slurm.conf cannot be read.
 CgroupSite read_cgroup_site(const std::string& slurm_conf);
 
+// Whether the slurm.conf this node reads (locate_slurm_conf) has
+// PrologFlags=RunInJob; false when it cannot be read. For messages only.
+bool site_runs_prolog_in_job();
+
 // The cgroup file system, abstract so it can be mocked out for tests.
 class CgroupFs {
  public:

@@ -328,6 +328,13 @@ std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, 
     throw CudaMpsError(fmt::format("--unilab-mps needs GPUs, but job {} has none on node {}; request them with --gres=gpu:N or --gpus=N",
                                    task.job_id, task.node));
   }
+  if (task.prolog_runs_in_job) {
+    throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}: the node has PrologFlags=RunInJob, where Slurm "
+                                   "calls no SPANK job prolog, so only a Prolog= running unilab-mps-prolog starts daemons; either "
+                                   "it is not configured (ask the admin: 'unilab-mps doctor --node' names the fix) or it failed "
+                                   "(the slurmd log says why)",
+                                   task.job_id, task.node));
+  }
   throw CudaMpsError(fmt::format("no MPS daemon was started for job {} on node {}: the job prolog failed there (the slurmd log "
                                  "says why after 'unilab-mps: job {} prolog failed'), or --unilab-mps was given only to srun; "
                                  "give it to sbatch/salloc (the allocation)",

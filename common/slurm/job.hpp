@@ -114,6 +114,9 @@ struct TaskContext {
   std::optional<std::string> cuda_visible_devices;  // as Slurm set it for the task
   std::optional<std::string> step_gpus;             // SLURM_STEP_GPUS
   std::optional<std::string> job_gpus;              // SLURM_JOB_GPUS
+  // slurm.conf has PrologFlags=RunInJob: only the Prolog= helper can have
+  // started daemons (read by the caller when no record was found)
+  bool prolog_runs_in_job = false;
 };
 
 struct TaskEnvironment {

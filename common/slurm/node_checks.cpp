@@ -310,20 +310,6 @@ Result check_dev_shm(const NodeFacts& f) {
                                    : std::string(" (Slurm 22.05 always does)")));
 }
 
-// The Prolog= helper next to the plugin's own job_prolog: slurmd runs the
-// SPANK job_prolog first, then clears the SPANK option variables before
-// Prolog= runs (22.05's spank_clear_remote_options_env skips every other
-// one), so the helper sees some of the options, or none, and would start
-// daemons a second time when it does.
-Result check_prolog_helper(const NodeFacts& f) {
-  if (!plugin_line(f)) return std::nullopt;
-  std::string prolog = f.conf.get("prolog").value_or("");
-  if (prolog.find("unilab-mps-prolog") == std::string::npos) return std::nullopt;
-  return warn(fmt::format("Prolog={} runs after the plugin's own job_prolog, which already starts the daemons; remove it (the "
-                          "helper is for nodes whose slurmd does not load the plugin)",
-                          prolog));
-}
-
 }  // namespace
 
 // The series-specific checks (PrologFlags, CgroupPlugin, containment) live in
@@ -331,6 +317,7 @@ Result check_prolog_helper(const NodeFacts& f) {
 Result check_prolog_flags(const NodeFacts& f);
 Result check_cgroup_plugin(const NodeFacts& f);
 Result check_containment(const NodeFacts& f);
+Result check_prolog_helper(const NodeFacts& f);
 
 namespace {
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/mps/text.hpp"
 #include "common/slurm/containment.hpp"
 #include "common/slurm/node_doctor.hpp"
 
@@ -52,7 +53,49 @@ Result cgroup_plugin_mismatch(const NodeFacts& f, const std::string& plugin, con
   return std::nullopt;
 }
 
+// Whether a Prolog=/Epilog= value runs HELPER: it names it, or names a
+// wrapper script (read by the gather step) that does.
+bool runs_helper(const NodeFacts& f, const std::string& key, const std::optional<std::string>& script, const char* helper) {
+  const std::string value = f.conf.get(key).value_or("");
+  return value.find(helper) != std::string::npos || (script && script->find(helper) != std::string::npos);
+}
+
 }  // namespace
+
+// The Prolog=/Epilog= helpers against PrologFlags (docs/DESIGN.md "Slurm
+// series"). With RunInJob (24.05+) slurmstepd runs the prolog and epilog
+// itself and never calls a SPANK job_prolog/job_epilog (spank_has_prolog()
+// is only set in slurmd), so the helpers are the only way daemons start and
+// stop. Without it slurmd runs the plugin's job_prolog and then Prolog= with
+// the same SPANK option variables: the helper would clear what the plugin
+// just started and start the daemons a second time.
+Result check_prolog_helper(const NodeFacts& f) {
+  if (f.plugin_lines.empty()) return std::nullopt;
+  const bool prolog = runs_helper(f, "prolog", f.prolog_script, "unilab-mps-prolog");
+  const bool epilog = runs_helper(f, "epilog", f.epilog_script, "unilab-mps-epilog");
+  const std::string flags = f.conf.get("prologflags").value_or("");
+  if (!has_item(flag_items(flags), "runinjob")) {
+    if (!prolog) return std::nullopt;
+    return CheckResult{CheckStatus::kWarn,
+                       fmt::format("Prolog={} runs unilab-mps-prolog after the plugin's own job_prolog, which already starts "
+                                   "the daemons; remove it (the helper is for nodes with PrologFlags=RunInJob or whose slurmd "
+                                   "does not load the plugin)",
+                                   f.conf.get("prolog").value_or(""))};
+  }
+  std::vector<std::string> missing;
+  if (!prolog) missing.push_back("Prolog= (unilab-mps-prolog)");
+  if (!epilog) missing.push_back("Epilog= (unilab-mps-epilog)");
+  if (!missing.empty()) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("PrologFlags={}: Slurm then runs no SPANK job_prolog/job_epilog, only the Prolog=/Epilog= "
+                                   "programs inside the job's extern step, so the plugin alone starts no daemon; set {} to a "
+                                   "root-owned wrapper that execs the helper with the plugin's arguments (docs/ADMIN.md, "
+                                   "section 6)",
+                                   flags, join(missing, " and "))};
+  }
+  return CheckResult{CheckStatus::kOk, fmt::format("PrologFlags={}: Prolog={} and Epilog={} run the helpers in the job's extern step",
+                                                   flags, f.conf.get("prolog").value_or(""), f.conf.get("epilog").value_or(""))};
+}
 
 // When the daemons start. Contain, RunInJob and X11 imply Alloc (Slurm's
 // prolog_str2flags); RunInJob exists from Slurm 24.05 on.

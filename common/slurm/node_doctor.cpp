@@ -437,6 +437,14 @@ void gather_cgroups(NodeProbe& probe, NodeFacts& f) {
   f.cgroup_v2_mounted = probe.stat(mount + "/cgroup.controllers").exists;
 }
 
+// The script Prolog=/Epilog= names (one absolute path; no globs or lists).
+std::optional<std::string> hook_script(NodeProbe& probe, const NodeFacts& f, const char* key) {
+  const std::string value = f.conf.get(key).value_or("");
+  if (value.empty() || value[0] != '/' || value.find_first_of(",*?[") != std::string::npos) return std::nullopt;
+  if (!probe.stat(value).is_regular) return std::nullopt;
+  return probe.read_file(value);
+}
+
 }  // namespace
 
 NodeFacts gather_node_facts(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& options) {
@@ -453,6 +461,8 @@ NodeFacts gather_node_facts(NodeProbe& probe, CommandRunner& runner, const NodeD
   f.default_pipe = probe.probe_socket(std::string(kDefaultPipeDirectory) + "/control");
   gather_job_container(probe, f);
   gather_cgroups(probe, f);
+  f.prolog_script = hook_script(probe, f, "prolog");
+  f.epilog_script = hook_script(probe, f, "epilog");
   return f;
 }
 

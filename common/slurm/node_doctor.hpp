@@ -189,6 +189,9 @@ struct NodeFacts {
   std::string cgroup_conf_error;
   bool cgroup_v1_mounted = false;  // <mount>/freezer is a directory
   bool cgroup_v2_mounted = false;  // <mount>/cgroup.controllers exists
+  // The files Prolog=/Epilog= name, when each is one absolute path to a
+  // regular file (a wrapper that may exec the helpers)
+  std::optional<std::string> prolog_script, epilog_script;
 };
 
 // Reads the machine. The only step of the doctor that does I/O.

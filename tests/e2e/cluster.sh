@@ -28,6 +28,11 @@
 #                      job's extern step cgroup, which unilab-mps moves its
 #                      daemons into, exists only then), none in plain mode;
 #                      "none" omits the line
+#   CLUSTER_PROLOG_HELPERS  absolute dir holding unilab-mps-prolog/-epilog: slurm.conf
+#                      gets Prolog=/Epilog= wrappers (CLUSTER_DIR/etc, root-owned)
+#                      running them with PLUGIN_ARGS as their --config file.
+#                      Needed with PrologFlags=RunInJob, where Slurm calls no
+#                      SPANK job_prolog/job_epilog (docs/DESIGN.md "Slurm series")
 #   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim (e.g. SlurmctldParameters=...)
 #   CLUSTER_DEBUG      SlurmdDebug/SlurmctldDebug level (default debug)
 #   CLUSTER_WAIT_S     bound for every wait in this file (default 60)
@@ -395,6 +400,9 @@ EOF
         # cgroup v2: the prolog must run in the job (RunInJob, 23.11+).
         [[ -n $flags ]] || case ${CLUSTER_MODE:-plain} in cgroup) flags=Contain ;; cgroup2) flags=RunInJob ;; esac
         [[ -z $flags || $flags == none ]] || printf 'PrologFlags=%s\n' "$flags"
+        if [[ -n ${CLUSTER_PROLOG_HELPERS:-} ]]; then
+            printf 'Prolog=%s/etc/unilab-mps-prolog.sh\nEpilog=%s/etc/unilab-mps-epilog.sh\n' "$d" "$d"
+        fi
         [[ -z ${CLUSTER_EXTRA_CONF:-} ]] || printf '%s\n' "$CLUSTER_EXTRA_CONF"
     } >"$d/etc/slurm.conf"
 }
@@ -448,6 +456,25 @@ write_plugstack_conf() {
     [[ ${PLUGIN_REQUIRED:-0} == 1 ]] && kind=required
     printf '%s %s %s\n' "$kind" "$PLUGIN_SO" "${PLUGIN_ARGS:-}" >"$f"
     chmod 644 "$f"
+    _ue2e_write_prolog_helpers
+}
+
+# The Prolog=/Epilog= wrappers (CLUSTER_PROLOG_HELPERS): slurmd runs them
+# without arguments, so each execs its helper with the plugin's arguments as
+# a --config file, the way docs/ADMIN.md section 6 tells admins to.
+_ue2e_write_prolog_helpers() {
+    [[ -n ${CLUSTER_PROLOG_HELPERS:-} ]] || return 0
+    local etc=$CLUSTER_DIR/etc kind arg
+    [[ $CLUSTER_PROLOG_HELPERS == /* && -x $CLUSTER_PROLOG_HELPERS/unilab-mps-prolog ]] ||
+        { _ue2e_err "CLUSTER_PROLOG_HELPERS must be an absolute dir holding unilab-mps-prolog: $CLUSTER_PROLOG_HELPERS"; return 1; }
+    : >"$etc/unilab-mps.args"
+    for arg in ${PLUGIN_ARGS:-}; do printf '%s\n' "$arg" >>"$etc/unilab-mps.args"; done
+    for kind in prolog epilog; do
+        printf '#!/bin/sh\nexec %s/unilab-mps-%s --config %s/unilab-mps.args\n' \
+            "$CLUSTER_PROLOG_HELPERS" "$kind" "$etc" >"$etc/unilab-mps-$kind.sh"
+        chmod 755 "$etc/unilab-mps-$kind.sh"
+    done
+    chmod 644 "$etc/unilab-mps.args"
 }
 
 _ue2e_write_config() {
@@ -455,7 +482,7 @@ _ue2e_write_config() {
     _ue2e_write_gres_conf || return 1
     _ue2e_write_cgroup_conf || return 1
     write_plugstack_conf || return 1
-    chmod 644 "$CLUSTER_DIR"/etc/* || return 1
+    find "$CLUSTER_DIR/etc" -maxdepth 1 -type f ! -name '*.sh' -exec chmod 644 {} + || return 1
 }
 
 # ---------------------------------------------------------------- daemons

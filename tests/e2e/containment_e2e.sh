@@ -118,8 +118,12 @@ bring_up() { # bring_up MODE [PrologFlags]
   STATE_DIR=$CLUSTER_DIR/mps-state
   RUN_DIR=$CLUSTER_DIR/mps-run
   GPU_DEVS=("$CLUSTER_DIR/dev/nvidia3" "$CLUSTER_DIR/dev/nvidia1" "$CLUSTER_DIR/dev/nvidia0" "$CLUSTER_DIR/dev/nvidia2")
+  # RunInJob (cgroup2): Slurm calls no SPANK job_prolog/job_epilog, so the
+  # node runs the Prolog=/Epilog= helpers, as docs/ADMIN.md tells admins to.
+  local helpers=
+  [[ $1 == cgroup2 || ${2:-} == *RunInJob* ]] && helpers=$BIN
   CLUSTER_MODE=$1 CLUSTER_NODES=1 CLUSTER_PROLOG_FLAGS=${2:-} PLUGIN_SO=$STAGE/unilab_mps.so \
-    PLUGIN_ARGS="$(plugin_args)" cluster_up
+    CLUSTER_PROLOG_HELPERS=$helpers PLUGIN_ARGS="$(plugin_args)" cluster_up
 }
 plugin_args() { # plugin_args [extra...]
   printf '%s' "state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=3${1:+ $*}"

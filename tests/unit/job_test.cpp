@@ -269,6 +269,11 @@ TEST_F(TaskEnvTest, NoRecordsExplainsWhatToRequest) {
   task.job_gpus = "0,1";
   e = error_of([&] { compute_task_environment({}, task, devices, proc); });
   EXPECT_NE(e.find("sbatch/salloc"), std::string::npos) << e;
+  // RunInJob: Slurm never called the plugin's job prolog; name the helper.
+  task.prolog_runs_in_job = true;
+  e = error_of([&] { compute_task_environment({}, task, devices, proc); });
+  EXPECT_NE(e.find("PrologFlags=RunInJob"), std::string::npos) << e;
+  EXPECT_NE(e.find("unilab-mps-prolog"), std::string::npos) << e;
 }
 
 TEST_F(TaskEnvTest, DeadDaemonIsAnError) {

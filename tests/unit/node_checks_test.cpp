@@ -265,6 +265,30 @@ TEST(NodeChecksTest, DefaultPipeDevShmPrologHelper) {
   EXPECT_EQ(run_check("prolog-helper", f).status, CheckStatus::kWarn);
 }
 
+// PrologFlags=RunInJob: Slurm calls no SPANK job_prolog/job_epilog, so both
+// helpers must be configured, directly or through a wrapper script.
+TEST(NodeChecksTest, RunInJobNeedsBothHelpers) {
+  NodeFacts f = ready_facts();
+  f.slurm_version = parse_slurm_version("slurm 24.11.5\n");
+  f.conf.values["prologflags"] = "RunInJob";
+  CheckResult r = run_check("prolog-helper", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "Prolog= (unilab-mps-prolog) and Epilog= (unilab-mps-epilog)")) << r.detail;
+  f.conf.values["prolog"] = "/etc/slurm/prolog.sh";
+  f.prolog_script = "#!/bin/sh\nexec /usr/sbin/unilab-mps-prolog --config /etc/slurm/unilab-mps.args\n";
+  r = run_check("prolog-helper", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_FALSE(has(r, "Prolog= (unilab-mps-prolog)")) << r.detail;
+  EXPECT_TRUE(has(r, "Epilog= (unilab-mps-epilog)")) << r.detail;
+  f.conf.values["epilog"] = "/usr/sbin/unilab-mps-epilog";
+  EXPECT_EQ(run_check("prolog-helper", f).status, CheckStatus::kOk);
+  // The same helpers without RunInJob: the prolog helper doubles the plugin's.
+  f.conf.values["prologflags"] = "Contain";
+  EXPECT_EQ(run_check("prolog-helper", f).status, CheckStatus::kWarn);
+  f.plugin_lines.clear();
+  EXPECT_EQ(row("prolog-helper").run(f), std::nullopt);
+}
+
 // ------------------------------------------------------------ root cause once
 
 TEST(RunNodeChecksTest, AFailedOrSkippedDependencySkipsTheRow) {
