@@ -40,6 +40,7 @@ std::optional<SlurmVersion> parse_slurm_version(std::string_view output) {
 }
 
 bool has_run_in_job(const SlurmVersion& v) { return v.at_least(kRunInJobMajor, kRunInJobMinor); }
+bool has_run_in_job_multinode_gres_fix(const SlurmVersion& v) { return v.at_least(25, 11); }
 bool has_cgroup_v2_plugin(const SlurmVersion& v) { return v.at_least(22, 5); }
 bool has_cgroup_plugin_disabled(const SlurmVersion& v) { return v.at_least(24, 5); }
 

@@ -30,6 +30,12 @@ std::optional<SlurmVersion> parse_slurm_version(std::string_view output);
 constexpr int kRunInJobMajor = 24, kRunInJobMinor = 5;
 bool has_run_in_job(const SlurmVersion& v);
 
+// With RunInJob, slurmstepd gave the prolog/epilog on a job's second and
+// later nodes the wrong node's GRES (wrong or no SLURM_JOB_GPUS, or a
+// crash): Slurm's "Fix segfault with multi-node gres with
+// PrologFlags=RunInJob", fixed in 25.11.0.
+bool has_run_in_job_multinode_gres_fix(const SlurmVersion& v);
+
 // CgroupPlugin=cgroup/v2: added in 22.05 (21.08 knew only cgroup/v1 and
 // autodetect). CgroupPlugin=disabled: added in 24.05.
 bool has_cgroup_v2_plugin(const SlurmVersion& v);

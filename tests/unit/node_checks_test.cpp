@@ -347,7 +347,13 @@ TEST(SlurmSeriesChecksTest, PrologFlagsRunInJob) {
   CheckResult r = run_check("prolog-flags", f);
   EXPECT_EQ(r.status, CheckStatus::kFail);
   EXPECT_TRUE(has(r, "RunInJob exists from Slurm 24.05 on, and Slurm 22.05.8 stops with 'PrologFlags invalid'")) << r.detail;
+  // 24.05 to 25.05: Slurm's multi-node GRES bug with RunInJob (fixed in 25.11.0).
   f = on_series("slurm 24.11.5");
+  f.conf.values["prologflags"] = "RunInJob";
+  r = run_check("prolog-flags", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "multi-node --unilab-mps jobs fail there")) << r.detail;
+  f = on_series("slurm 25.11.0");
   f.conf.values["prologflags"] = "RunInJob";
   EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
   f.slurm_version.reset();  // unknown release: no guess
