@@ -266,6 +266,17 @@ cgroup2_part() {
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   expect_tree_gone "$spid"
   case_end "daemon and server gone after scancel"
+
+  case_begin contain.v2-doctor "cgroup v2, RunInJob: doctor --node passes with the Prolog=/Epilog= helpers and fails without Epilog="
+  local out rc
+  out=$("$BIN/unilab-mps" doctor --node 2>&1); rc=$?
+  expect_eq "doctor --node: exit 0 on this node" 0 "$rc"
+  expect_contains "doctor --node: the prolog-helper row names both wrappers" "$out" "Prolog=$CLUSTER_DIR/etc/unilab-mps-prolog.sh and Epilog=$CLUSTER_DIR/etc/unilab-mps-epilog.sh run the helpers"
+  sed -i '/^Epilog=/d' "$SLURM_CONF"
+  out=$("$BIN/unilab-mps" doctor --node 2>&1); rc=$?
+  expect_eq "doctor --node without Epilog=: exit 4 (not ready)" 4 "$rc"
+  expect_contains "doctor --node names the missing helper" "$(grep prolog-helper <<<"$out")" "set Epilog= (unilab-mps-epilog)"
+  case_end "$(grep -o '\[[a-z]*\] *prolog-helper' <<<"$out")"
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 }
 
@@ -421,7 +432,7 @@ for part in "${parts[@]}"; do
     helpers) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 8)); helpers_part ;;
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 6)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_part ;;
-    cgroup2) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 5)); cgroup2_part ;;
+    cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 9)); cgroup2_part ;;
     *) fail "unknown part $part" ;;
   esac
 done
