@@ -13,6 +13,10 @@
 #            open to them, nothing left after the job. Not in the default
 #            parts: it needs cgroup2 at /sys/fs/cgroup and, on a hybrid
 #            machine, the test-only shim of tests/e2e/cgroup2 (README there)
+#   cgroup-runinjob  cgroup v1 with PrologFlags=RunInJob (Slurm 24.05+) and
+#            the Prolog=/Epilog= helpers: daemon and server in step_extern,
+#            nothing left after the job. Not in the default parts (22.05
+#            has no RunInJob)
 #   plain    no cgroups, so the epilog does the reaping: `quit -t` ends a
 #            daemon whose client outlives the job, servers left behind by a
 #            SIGTERMed daemon are found and killed, hostile directory trees
@@ -21,13 +25,13 @@
 #            dir is world-writable, or naming directories that are not theirs
 # Every case prints `CASE <id> PASS|FAIL <observed>` and the suite ends with
 # `N passed, M failed`; it fails when fewer than MIN_CASES cases ran.
-# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers|cgroup2 ...]
+# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers|cgroup-runinjob|cgroup2 ...]
 # Env: CLUSTER_PORT_BASE (default 18700), KEEP_CLUSTER_LOGS=1.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 . "$here/cluster.sh"
-build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers|cgroup2 ...]}" && pwd)
+build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers|cgroup-runinjob|cgroup2 ...]}" && pwd)
 shift
 parts=("$@")
 ((${#parts[@]})) || parts=(helpers plain cgroup)
@@ -226,6 +230,37 @@ cgroup_part() {
   expect_eq "no daemon was started" "" "$(mps_processes_under "$RUN_DIR/")"
   case_end "$(grep -o 'unilab-mps: job [0-9]* prolog failed: [^;]*' "$(slurmd_log)" | head -n1)"
   scontrol update nodename=n1 state=resume >/dev/null 2>&1
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+}
+
+# cgroup v1 with PrologFlags=RunInJob (Slurm 24.05+ only): the Prolog=/Epilog=
+# helpers run in the job's extern step and write the daemon into its
+# step_extern cgroups at once (its freezer cgroup would be the job level).
+cgroup_runinjob_part() {
+  fake_conf
+  bring_up cgroup RunInJob || { fail "cgroup RunInJob: cluster up"; cluster_down; return; }
+  case_begin contain.v1-runinjob "cgroup v1, RunInJob (Prolog=/Epilog= helpers): daemon and MPS server sit in the job's step_extern cgroup"
+  submit "$(client_cmd 30)"
+  if ! find_record; then
+    fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+    case_end "no daemon"
+    KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+    return
+  fi
+  local spid d_dev d_frz s_frz
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  spid=$(children_of "$DPID" | head -n1)
+  d_dev=$(cgroup_of "$DPID" devices) d_frz=$(cgroup_of "$DPID" freezer) s_frz=$(cgroup_of "$spid" freezer)
+  expect_contains "daemon's devices cgroup is the job's extern step" "$d_dev|" "/uid_$U1/job_$JOB/step_extern|"
+  expect_contains "daemon's freezer cgroup is the job's extern step" "$d_frz|" "/uid_$U1/job_$JOB/step_extern|"
+  expect_contains "server's freezer cgroup is the job's extern step" "$s_frz|" "/uid_$U1/job_$JOB/step_extern|"
+  case_end "daemon devices=$d_dev freezer=$d_frz; server freezer=$s_frz"
+
+  case_begin contain.v1-runinjob-reaped "cgroup v1, RunInJob, scancel: no process of the daemon's tree, dir or record is left"
+  as_user unimps1 scancel "$JOB"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  expect_tree_gone "$spid"
+  case_end "daemon and server gone after scancel"
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 }
 
@@ -432,6 +467,7 @@ for part in "${parts[@]}"; do
     helpers) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 8)); helpers_part ;;
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 6)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_part ;;
+    cgroup-runinjob) MIN_CASES=$((MIN_CASES + 2)) MIN_CHECKS=$((MIN_CHECKS + 7)); cgroup_runinjob_part ;;
     cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 9)); cgroup2_part ;;
     *) fail "unknown part $part" ;;
   esac
