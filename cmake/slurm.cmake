@@ -32,16 +32,10 @@ if(SLURM_INCLUDE_DIR AND EXISTS "${SLURM_INCLUDE_DIR}/slurm/slurm_version.h")
   endif()
 endif()
 
-# An earlier version of this file cached ${CMAKE_INSTALL_FULL_LIBDIR}/slurm
-# (/usr/local/lib/slurm) when pkg-config knew nothing (Debian ships no
-# slurm.pc): re-resolve that stale value instead of installing where slurmd
-# never looks.
-if(UNILAB_MPS_SLURM_PLUGIN_DIR STREQUAL "${CMAKE_INSTALL_FULL_LIBDIR}/slurm" AND NOT EXISTS "${UNILAB_MPS_SLURM_PLUGIN_DIR}")
-  unset(UNILAB_MPS_SLURM_PLUGIN_DIR CACHE)
-endif()
 # A value this file computed earlier (UNILAB_MPS_SLURM_PLUGIN_DIR_AUTO) is
 # computed again: the packages installed since may tell better. One the user
-# gave stays.
+# gave (-DUNILAB_MPS_SLURM_PLUGIN_DIR=..., as the RPM spec does) always stays,
+# whether or not that directory exists on the build machine.
 if(UNILAB_MPS_SLURM_PLUGIN_DIR AND UNILAB_MPS_SLURM_PLUGIN_DIR STREQUAL UNILAB_MPS_SLURM_PLUGIN_DIR_AUTO)
   unset(UNILAB_MPS_SLURM_PLUGIN_DIR CACHE)
 endif()
