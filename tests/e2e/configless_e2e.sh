@@ -20,7 +20,7 @@ parts=("$@")
 ((${#parts[@]})) || parts=(plain cgroup)
 MIN_CHECKS=0
 for p in "${parts[@]}"; do
-  case $p in plain) MIN_CHECKS=$((MIN_CHECKS + 45)) ;; cgroup) MIN_CHECKS=$((MIN_CHECKS + 12)) ;;
+  case $p in plain) MIN_CHECKS=$((MIN_CHECKS + 47)) ;; cgroup) MIN_CHECKS=$((MIN_CHECKS + 12)) ;;
   *) echo "configless_e2e: unknown part '$p' (plain, cgroup)" >&2; exit 2 ;; esac
 done
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-19400}
@@ -81,6 +81,12 @@ gres_uuids() {
   for i in ${1//,/ }; do out+=("${UUID_BY_GRES[$i]}"); done
   (IFS=,; echo "${out[*]}")
 }
+# expect_uuids NAME GRES_INDICES CVD: CVD is exactly those GPUs' UUIDs (and
+# a task that printed nothing does not pass as "" = "").
+expect_uuids() {
+  if [ -z "$2" ] || [ -z "$3" ]; then fail "$1" "no GRES indices ('$2') or no CUDA_VISIBLE_DEVICES ('$3') reported"; return; fi
+  expect_eq "$1" "$(gres_uuids "$2")" "$3"
+}
 
 assert_clean() {
   local tag=$1 job=$2
@@ -132,10 +138,23 @@ check_doctor() {
   printf '%s\n' "$out" >"$STAGE/doctor-$tag.txt"
 }
 
+# A /run/slurm/conf link that is not root's is not followed (this cluster's
+# own link, handed to a user for the check and given back).
+check_untrusted_link() {
+  local tag=$1 out rc
+  chown -h unimps1 /run/slurm/conf || { fail "$tag: chown -h the link"; return; }
+  out=$(node_cmd "$CLI" doctor --node 2>&1); rc=$?
+  chown -h root /run/slurm/conf
+  expect_eq "$tag: a user's /run/slurm/conf link: doctor --node exits 4" 4 "$rc"
+  expect_contains "$tag: doctor says why the cache is not used" "$out" \
+    "the configless cache /run/slurm/conf is not used: the symlink /run/slurm/conf belongs to uid $(id -u unimps1), not root"
+}
+
 plain_part() {
   local tag=plain out job res rc
   check_configless_node "$tag"
   check_doctor "$tag"
+  check_untrusted_link "$tag"
   # A per-GPU batch job with srun steps; it waits for $go while we look.
   local script=$STAGE/batch.sh outf=$STAGE/batch.out go=$STAGE/go
   : >"$outf"
@@ -162,8 +181,8 @@ EOS
   c0=$(field "$res" T0@n1 CVD); c1=$(field "$res" T1@n1 CVD)
   check "$tag: the two tasks see different single GPUs" test -n "$c0" -a -n "$c1" -a "$c0" != "$c1" -a "${c0//,/}" = "$c0"
   for t in T0@n1 T1@n1; do
-    expect_eq "$tag: $t CUDA_VISIBLE_DEVICES is its GRES GPU's UUID (cached gres.conf)" \
-      "$(gres_uuids "$(field "$res" $t STEP_GPUS)")" "$(field "$res" $t CVD)"
+    expect_uuids "$tag: $t CUDA_VISIBLE_DEVICES is its GRES GPU's UUID (cached gres.conf)" \
+      "$(field "$res" $t STEP_GPUS)" "$(field "$res" $t CVD)"
     expect_contains "$tag: $t CUDA_MPS_PIPE_DIRECTORY is the job's daemon's" "$(field "$res" $t PIPE)" "$RUN_DIR/job$job.n1.gpu"
     expect_eq "$tag: $t daemon runs as unimps1" unimps1 "$(field "$res" $t DAEMON_USER)"
     expect_contains "$tag: $t client joined the daemon" "$(field "$res" $t CLIENT)" "connected to MPS server"
@@ -185,7 +204,7 @@ EOS
   out=$(u unimps2 srun --unilab-mps=multi --gres=gpu:2 -n1 "$REPORT" 2>&1)
   job=$(last_job)
   expect_contains "$tag multi: one daemon for both GPUs" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/job$job.n1.multi/pipe"
-  expect_eq "$tag multi: both GPUs' UUIDs" "$(gres_uuids "$(field "$out" T0@n1 STEP_GPUS)")" "$(field "$out" T0@n1 CVD)"
+  expect_uuids "$tag multi: both GPUs' UUIDs" "$(field "$out" T0@n1 STEP_GPUS)" "$(field "$out" T0@n1 CVD)"
   expect_eq "$tag multi: daemon runs as unimps2" unimps2 "$(field "$out" T0@n1 DAEMON_USER)"
   assert_clean "$tag multi" "$job"
 
