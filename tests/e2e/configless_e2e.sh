@@ -20,7 +20,7 @@ parts=("$@")
 ((${#parts[@]})) || parts=(plain cgroup)
 MIN_CHECKS=0
 for p in "${parts[@]}"; do
-  case $p in plain) MIN_CHECKS=$((MIN_CHECKS + 47)) ;; cgroup) MIN_CHECKS=$((MIN_CHECKS + 12)) ;;
+  case $p in plain) MIN_CHECKS=$((MIN_CHECKS + 47)) ;; cgroup) MIN_CHECKS=$((MIN_CHECKS + 13)) ;;
   *) echo "configless_e2e: unknown part '$p' (plain, cgroup)" >&2; exit 2 ;; esac
 done
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-19400}
@@ -36,6 +36,14 @@ teardown() {
 trap teardown EXIT
 stage_binaries "$build" "$STAGE"
 install -m 755 "$here/task_report.sh" "$STAGE/bin/"
+# task_report.sh plus the devices cgroup of the task's daemon.
+cat >"$STAGE/bin/daemon_cgroup.sh" <<'EOS'
+#!/bin/bash
+"$(dirname "$0")/task_report.sh"
+p=$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid" 2>/dev/null)
+echo "T${SLURM_PROCID:-0}@${SLURMD_NODENAME:-?} DAEMON_DEVICES=$(sed -n 's/^[0-9]*:devices://p' "/proc/$p/cgroup" 2>/dev/null)"
+EOS
+chmod 755 "$STAGE/bin/daemon_cgroup.sh"
 ensure_test_users
 CLI=$STAGE/bin/unilab-mps
 REPORT=$STAGE/bin/task_report.sh
@@ -226,10 +234,14 @@ cgroup_part() {
   expect_eq "$tag: the cache holds cgroup.conf" "ConstrainDevices=yes" "$(grep -x 'ConstrainDevices=yes' "$CACHE/cgroup.conf" 2>&1)"
   check_doctor "$tag"
   expect_contains "$tag: doctor reads the cached cgroup.conf" "$(cat "$STAGE/doctor-$tag.txt")" "from /run/slurm/conf/cgroup.conf"
-  out=$(u unimps1 srun --unilab-mps --gres=gpu:1 -n1 "$REPORT" 2>&1)
+  out=$(u unimps1 srun --unilab-mps --gres=gpu:1 -n1 "$STAGE/bin/daemon_cgroup.sh" 2>&1)
   job=$(last_job)
   expect_contains "$tag: the task got its daemon" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/job$job.n1.gpu"
   expect_contains "$tag: client joined the daemon" "$(field "$out" T0@n1 CLIENT)" "connected to MPS server"
+  # ConstrainDevices=yes is only in the cached cgroup.conf: the plugin moved
+  # the daemon into the job's devices cgroup because it read that file.
+  expect_contains "$tag: the daemon is in the job's devices cgroup (cached cgroup.conf)" \
+    "$(field "$out" T0@n1 DAEMON_DEVICES)" "/job_$job/step_extern"
   assert_clean "$tag" "$job"
 }
 
