@@ -39,7 +39,8 @@ const std::vector<CommandSpec>& command_table() {
        {{"--job", "JOBID", "a Slurm job's daemons on this node", job_id_value},
         {"--node", "NAME", "with --job: the Slurm node (default $SLURMD_NODENAME, else this host's NodeName in slurm.conf)",
          node_name_value},
-        {"--slurm-conf", "FILE", "with --job: slurm.conf (default $SLURM_CONF, else /etc/slurm/slurm.conf)",
+        {"--slurm-conf", "FILE", "with --job: slurm.conf (default $SLURM_CONF, else /etc/slurm/slurm.conf if it exists, else "
+         "slurmd's configless cache /run/slurm/conf/slurm.conf)",
          absolute_path_value}},
        0, cmd_status},
       {"stop", "[NAME] | stop --all", "Stop a recorded daemon",
@@ -52,7 +53,8 @@ const std::vector<CommandSpec>& command_table() {
        "Check, without changing anything, that this host (or, with --node, this Slurm node) is ready",
        "Host: nvidia-smi works, the selector resolves, the MPS control binary is executable, records are sound and no "
        "system daemon sits on the default pipe. With --node (on a Slurm node, as root or any user): the plugin is listed "
-       "in plugstack.conf (PlugStackConfig of SLURM_CONF or --slurm-conf, include lines and plugstack.conf.d followed) "
+       "in plugstack.conf (PlugStackConfig of the slurm.conf read, which the report names, the configless cache "
+       "included; include lines and plugstack.conf.d followed) "
        "and its arguments parse; slurmd was restarted after the plugin and plugstack.conf last changed; the state and run "
        "directories are root-owned and safe; the nvidia_smi and mps_control of the plugin's arguments are executable; "
        "every GPU maps Slurm GRES index -> gres.conf device -> minor -> nvidia-smi index -> UUID (table printed); no daemon "
@@ -60,7 +62,8 @@ const std::vector<CommandSpec>& command_table() {
        {{"--node", "", "check this Slurm node instead of the host"},
         {"--node-name", "NAME", "with --node: the Slurm node (default $SLURMD_NODENAME, else this host's NodeName)",
          node_name_value},
-        {"--slurm-conf", "FILE", "with --node: slurm.conf (default $SLURM_CONF, else /etc/slurm/slurm.conf)",
+        {"--slurm-conf", "FILE", "with --node: slurm.conf (default $SLURM_CONF, else /etc/slurm/slurm.conf if it exists, else "
+         "slurmd's configless cache /run/slurm/conf/slurm.conf)",
          absolute_path_value}},
        1, cmd_doctor},
       {"visible-devices", "[MASK]", "Print MASK with numeric entries replaced by GPU UUIDs",

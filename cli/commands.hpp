@@ -8,6 +8,7 @@
 
 #include "cli/args.hpp"
 #include "cli/context.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps::cli {
 
@@ -40,8 +41,9 @@ int cmd_probe(Context& c, const ParsedArgs& a);          // cli/probe_command.cp
 int cmd_node_doctor(Context& c, const ParsedArgs& a);    // cli/node_doctor_command.cpp
 
 // slurm.conf for status --job and doctor --node: --slurm-conf, else
-// $SLURM_CONF, else /etc/slurm/slurm.conf (cli/node_doctor_command.cpp).
-std::string slurm_conf_of(const ParsedArgs& a);
+// $SLURM_CONF, else /etc/slurm/slurm.conf when it exists, else slurmd's
+// configless cache /run/slurm/conf when trusted (cli/node_doctor_command.cpp).
+SlurmConfLocation slurm_conf_of(const ParsedArgs& a);
 // The Slurm node: --node/--node-name as given, else $SLURMD_NODENAME, else
 // nullopt (then slurm.conf decides, as doctor --node does).
 std::optional<std::string> slurm_node_of(const ParsedArgs& a, const std::string& option);

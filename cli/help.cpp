@@ -117,7 +117,8 @@ std::string man_header() {
 
 std::string man_footer() {
   return ".SH ENVIRONMENT\n"
-         ".TP\n.B SLURM_CONF\nslurm.conf for status \\-\\-job and doctor \\-\\-node (default /etc/slurm/slurm.conf)\n"
+         ".TP\n.B SLURM_CONF\nslurm.conf for status \\-\\-job and doctor \\-\\-node (default /etc/slurm/slurm.conf if it exists, else "
+         "slurmd's configless cache /run/slurm/conf/slurm.conf)\n"
          ".TP\n.B SLURMD_NODENAME\nthe Slurm node name for status \\-\\-job and doctor \\-\\-node\n"
          ".TP\n.B CUDA_VISIBLE_DEVICES\nthe GPUs start, status and doctor consider\n"
          ".TP\n.B CUDA_MPS_PIPE_DIRECTORY\nthe pipe directory status and probe inspect\n"

@@ -12,14 +12,13 @@
 
 namespace unilab::mps::cli {
 
-std::string slurm_conf_of(const ParsedArgs& a) {
-  if (auto f = a.value("--slurm-conf")) return *f;
+SlurmConfLocation slurm_conf_of(const ParsedArgs& a) {
+  if (auto f = a.value("--slurm-conf")) return {*f, "--slurm-conf", "", ""};
   auto env = getenv_opt("SLURM_CONF");
-  if (env && !env->empty()) {
-    if ((*env)[0] != '/') throw UsageError("SLURM_CONF='" + *env + "' must be an absolute path; fix it or pass --slurm-conf");
-    return *env;
+  if (env && !env->empty() && (*env)[0] != '/') {
+    throw UsageError("SLURM_CONF='" + *env + "' must be an absolute path; fix it or pass --slurm-conf");
   }
-  return locate_slurm_conf().path;  // the default file, else slurmd's configless cache
+  return locate_slurm_conf();  // SLURM_CONF, the default file, else slurmd's configless cache
 }
 
 std::optional<std::string> slurm_node_of(const ParsedArgs& a, const std::string& option) {
@@ -34,7 +33,8 @@ int cmd_node_doctor(Context& c, const ParsedArgs& a) {
   if (!a.has("--node")) throw UsageError("--node-name and --slurm-conf go with `doctor --node`");
   if (!a.positional.empty()) throw UsageError("`doctor --node` checks the whole node and takes no SELECTOR");
   NodeDoctorOptions opt;
-  opt.slurm_conf = slurm_conf_of(a);
+  opt.slurm_conf_location = slurm_conf_of(a);
+  opt.slurm_conf = opt.slurm_conf_location->path;
   opt.node = slurm_node_of(a, "--node-name");
   opt.default_plugin_dir = default_plugin_dir();
   SystemNodeProbe probe;

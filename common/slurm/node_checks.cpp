@@ -54,10 +54,17 @@ const PlugstackEntry* plugin_line(const NodeFacts& f) { return f.plugin_lines.em
 
 // ------------------------------------------------------------ slurm.conf, node
 
+bool configless(const NodeFacts& f) { return f.options.slurm_conf_location && f.options.slurm_conf_location->configless(); }
+
 Result check_slurm_conf(const NodeFacts& f) {
   if (f.conf_error) return fail(*f.conf_error);
-  if (f.conf.problems.empty()) return ok(join(f.conf.files, ", "));
-  return warn(join(f.conf.files, ", ") + "; " + join(f.conf.problems, "; "));
+  std::string files = join(f.conf.files, ", ");
+  if (configless(f)) {
+    files += fmt::format(" (configless cache: {} -> {}, written by slurmd from slurmctld's files)", kConfiglessLink,
+                         f.options.slurm_conf_location->cache_target);
+  }
+  if (f.conf.problems.empty()) return ok(files);
+  return warn(files + "; " + join(f.conf.problems, "; "));
 }
 
 Result check_node(const NodeFacts& f) {
@@ -73,15 +80,27 @@ Result check_node(const NodeFacts& f) {
 
 // ------------------------------------------------------------ plugstack and the plugin
 
+// Configless: slurmctld ships only a file named plugstack.conf next to its
+// slurm.conf (proc_req.c slurmd_config_files); slurmd reads it from its
+// cache only while PlugStackConfig is unset (plugstack.c spank_stack_init).
+std::string configless_plugstack_note(const NodeFacts& f) {
+  if (!configless(f) || !f.conf.get("plugstackconfig")) return "";
+  return fmt::format("; configless node: PlugStackConfig={} is read on this node as it is, not from the files slurmctld "
+                     "ships (it ships plugstack.conf next to its slurm.conf, read from the cache only without "
+                     "PlugStackConfig)",
+                     f.plugstack_path);
+}
+
 Result check_plugstack(const NodeFacts& f) {
   const Plugstack& s = f.stack;
+  const std::string note = configless_plugstack_note(f);
   if (s.files.empty()) {
-    return fail(fmt::format("{} does not exist (PlugStackConfig{}): Slurm loads no SPANK plugin", f.plugstack_path,
-                            f.conf.get("plugstackconfig") ? "" : " unset: next to slurm.conf"));
+    return fail(fmt::format("{} does not exist (PlugStackConfig{}): Slurm loads no SPANK plugin{}", f.plugstack_path,
+                            f.conf.get("plugstackconfig") ? "" : " unset: next to slurm.conf", note));
   }
-  CheckResult r = ok(fmt::format("read {}{}{}", join(s.files, ", "), s.includes.empty() ? "" : "; " + join(s.includes, "; "),
-                                 s.problems.empty() ? "" : "; " + join(s.problems, "; ")));
-  if (!s.problems.empty()) r.status = CheckStatus::kWarn;
+  CheckResult r = ok(fmt::format("read {}{}{}{}", join(s.files, ", "), s.includes.empty() ? "" : "; " + join(s.includes, "; "),
+                                 s.problems.empty() ? "" : "; " + join(s.problems, "; "), note));
+  if (!s.problems.empty() || !note.empty()) r.status = CheckStatus::kWarn;
   return r;
 }
 
@@ -128,6 +147,14 @@ Result check_plugin_args(const NodeFacts& f) {
 
 // ------------------------------------------------------------ slurmd
 
+// A file of the configless cache, which slurmd itself rewrites at every
+// reconfigure whether or not its content changed.
+bool in_configless_cache(const NodeFacts& f, const std::string& path) {
+  if (!configless(f)) return false;
+  const SlurmConfLocation& loc = *f.options.slurm_conf_location;
+  return path.starts_with(loc.dir() + "/") || (!loc.cache_target.empty() && path.starts_with(loc.cache_target + "/"));
+}
+
 // Running, and started after the plugin and plugstack.conf last changed.
 Result check_slurmd(const NodeFacts& f) {
   const bool running = f.slurmd_pid > 0 && f.slurmd_name && f.slurmd_name->starts_with("slurmd") && f.slurmd_started;
@@ -139,11 +166,17 @@ Result check_slurmd(const NodeFacts& f) {
                                                                         : std::string("no pid"));
     return fail(fmt::format("slurmd is not running ({}): start it", why));
   }
-  std::vector<std::string> changed;
+  std::vector<std::string> changed, recached;
   for (const auto& w : f.watched) {
     if (w.facts.exists && w.facts.mtime > *f.slurmd_started + f.options.mtime_slack_s) {
-      changed.push_back(fmt::format("{} ({})", w.path, format_time(w.facts.mtime)));
+      (in_configless_cache(f, w.path) ? recached : changed).push_back(fmt::format("{} ({})", w.path, format_time(w.facts.mtime)));
     }
+  }
+  if (changed.empty() && !recached.empty()) {
+    return warn(fmt::format("pid {} started {}; slurmd rewrote its configless cache since ({}), as it does at every scontrol "
+                            "reconfigure: if plugstack.conf changed on the controller, restart slurmd (it decides at start "
+                            "whether to run the SPANK prolog/epilog)",
+                            f.slurmd_pid, format_time(*f.slurmd_started), join(recached, ", ")));
   }
   if (changed.empty()) {
     return ok(fmt::format("pid {} started {}, after the plugin and plugstack.conf last changed", f.slurmd_pid,

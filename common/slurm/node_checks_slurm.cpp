@@ -60,6 +60,12 @@ bool runs_helper(const NodeFacts& f, const std::string& key, const std::optional
   return value.find(helper) != std::string::npos || (script && script->find(helper) != std::string::npos);
 }
 
+// Which cgroup.conf the row judged (the configless cache's, on such a node).
+std::string cgroup_conf_origin(const NodeFacts& f) {
+  if (f.cgroup_conf) return "from " + f.cgroup_conf->path;
+  return "no cgroup.conf next to " + f.options.slurm_conf + ": Slurm's defaults";
+}
+
 }  // namespace
 
 // The Prolog=/Epilog= helpers against PrologFlags (docs/DESIGN.md "Slurm
@@ -145,9 +151,10 @@ Result check_cgroup_plugin(const NodeFacts& f) {
   }
   if (auto mismatch = cgroup_plugin_mismatch(f, plugin, site.mountpoint)) return mismatch;
   const int host = host_cgroup_version(f);
-  return CheckResult{CheckStatus::kOk, fmt::format("CgroupPlugin={}{}", plugin,
+  return CheckResult{CheckStatus::kOk, fmt::format("CgroupPlugin={}{} ({})", plugin,
                                                    host == 0 ? std::string(": no cgroup hierarchy seen at " + site.mountpoint)
-                                                             : fmt::format(": cgroup v{} at {}", host, site.mountpoint))};
+                                                             : fmt::format(": cgroup v{} at {}", host, site.mountpoint),
+                                                   cgroup_conf_origin(f))};
 }
 
 // Whether the daemons can live in their job's cgroup. On cgroup v2 that

@@ -310,6 +310,10 @@ void gather_slurm_conf(NodeProbe& probe, NodeFacts& f) {
     f.conf = read_slurm_conf(probe, f.options.slurm_conf);
   } catch (const CudaMpsError& e) {
     f.conf_error = e.what();
+    const auto& loc = f.options.slurm_conf_location;
+    if (loc && !loc->cache_problem.empty()) {
+      *f.conf_error += fmt::format("; the configless cache {} is not used: {}", kConfiglessLink, loc->cache_problem);
+    }
   }
   if (f.options.node) {
     f.node = *f.options.node;
@@ -486,11 +490,17 @@ nlohmann::json NodeDoctorReport::to_json() const {
   for (const auto& ch : checks) c.push_back(ch.to_json());
   nlohmann::json g = nlohmann::json::array();
   for (const auto& row : gpus) g.push_back(row.to_json());
-  return {{"ok", ok()}, {"node", node}, {"slurm_conf", slurm_conf}, {"checks", c}, {"gpus", g}};
+  nlohmann::json j = {{"ok", ok()}, {"node", node}, {"slurm_conf", slurm_conf}, {"checks", c}, {"gpus", g}};
+  if (slurm_conf_location) {
+    j["slurm_conf_source"] = slurm_conf_location->source;
+    if (slurm_conf_location->configless()) j["configless_cache"] = slurm_conf_location->cache_target;
+  }
+  return j;
 }
 
 std::string NodeDoctorReport::to_text() const {
-  std::string out = fmt::format("node {} (slurm.conf {})\n", node.empty() ? "?" : node, slurm_conf);
+  std::string out = fmt::format("node {} (slurm.conf {})\n", node.empty() ? "?" : node,
+                                slurm_conf_location ? slurm_conf_location->describe() : slurm_conf);
   out += render_checks(checks);
   if (!gpus.empty()) {
     size_t w = 6;
@@ -510,17 +520,24 @@ NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const Node
   const NodeFacts facts = gather_node_facts(probe, runner, opt);
   NodeDoctorReport rep;
   rep.slurm_conf = opt.slurm_conf;
+  rep.slurm_conf_location = opt.slurm_conf_location;
   rep.node = facts.node;
   rep.checks = run_node_checks(facts, node_checks());
   rep.gpus = node_gpu_rows(facts);
   return rep;
 }
 
-// The gather steps of the doctor, stopped at the plugin's arguments.
 NodePluginConfig node_plugin_config(NodeProbe& probe, const std::string& slurm_conf, const std::optional<std::string>& node,
                                     const std::string& default_plugin_dir) {
+  return node_plugin_config(probe, SlurmConfLocation{slurm_conf, "given", "", ""}, node, default_plugin_dir);
+}
+
+// The gather steps of the doctor, stopped at the plugin's arguments.
+NodePluginConfig node_plugin_config(NodeProbe& probe, const SlurmConfLocation& slurm_conf, const std::optional<std::string>& node,
+                                    const std::string& default_plugin_dir) {
   NodeFacts f;
-  f.options.slurm_conf = slurm_conf;
+  f.options.slurm_conf = slurm_conf.path;
+  f.options.slurm_conf_location = slurm_conf;
   f.options.node = node;
   f.options.default_plugin_dir = default_plugin_dir;
   f.host = probe.hostname();

@@ -19,6 +19,7 @@
 #include "common/mps/check_status.hpp"
 #include "common/slurm/gres.hpp"
 #include "common/mps/runner.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 #include "common/slurm/slurm_config.hpp"
 #include "common/slurm/slurm_series.hpp"
 #include "common/mps/nvidia_checks.hpp"
@@ -116,6 +117,9 @@ std::string expand_node_pattern(const std::string& pattern, const std::string& n
 
 struct NodeDoctorOptions {
   std::string slurm_conf = "/etc/slurm/slurm.conf";
+  // How slurm_conf was found (locate_slurm_conf, SLURM_CONF, --slurm-conf):
+  // the report names it, and says so when it is the configless cache.
+  std::optional<SlurmConfLocation> slurm_conf_location;
   std::optional<std::string> node;                    // Slurm node name; default: from slurm.conf and the host name
   std::string default_plugin_dir;                     // Slurm's PluginDir when slurm.conf sets none
   std::string default_slurmd_pid_file = "/var/run/slurmd.pid";
@@ -226,6 +230,7 @@ std::vector<NodeGpuRow> node_gpu_rows(const NodeFacts& facts);
 struct NodeDoctorReport {
   std::string node;
   std::string slurm_conf;
+  std::optional<SlurmConfLocation> slurm_conf_location;
   std::vector<DoctorCheck> checks;
   std::vector<NodeGpuRow> gpus;
   bool ok() const;
@@ -248,6 +253,10 @@ struct NodePluginConfig {
   std::vector<std::string> host_nodes;  // NodeName of this host in slurm.conf (several: pick one)
 };
 NodePluginConfig node_plugin_config(NodeProbe& probe, const std::string& slurm_conf, const std::optional<std::string>& node,
+                                    const std::string& default_plugin_dir);
+// The same from a located slurm.conf: a configless cache that was not
+// trusted is named in `problem` when slurm.conf cannot be read.
+NodePluginConfig node_plugin_config(NodeProbe& probe, const SlurmConfLocation& slurm_conf, const std::optional<std::string>& node,
                                     const std::string& default_plugin_dir);
 
 }  // namespace unilab::mps

@@ -33,7 +33,19 @@
 #                      running them with PLUGIN_ARGS as their --config file.
 #                      Needed with PrologFlags=RunInJob, where Slurm calls no
 #                      SPANK job_prolog/job_epilog (docs/DESIGN.md "Slurm series")
-#   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim (e.g. SlurmctldParameters=...)
+#   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim; a
+#                      SlurmctldParameters= line there is merged with the one
+#                      CLUSTER_CONFIGLESS writes
+#   CLUSTER_CONFIGLESS=1  configless Slurm: SlurmctldParameters=enable_configless,
+#                      no PlugStackConfig line (slurmctld ships only files named
+#                      plugstack.conf next to slurm.conf; an absolute
+#                      PlugStackConfig is read on the node as it is), and slurmd
+#                      started with --conf-server 127.0.0.1:<ctld port>, without
+#                      -f and without SLURM_CONF: it fetches the files into
+#                      <spool>/conf-cache and points /run/slurm/conf at it (a
+#                      host-wide link; cluster_down removes it only while it
+#                      points into this cluster's dir). Client commands keep
+#                      SLURM_CONF=<dir>/etc/slurm.conf.
 #   CLUSTER_DEBUG      SlurmdDebug/SlurmctldDebug level (default debug)
 #   CLUSTER_WAIT_S     bound for every wait in this file (default 60)
 #   KEEP_CLUSTER_LOGS=1  cluster_down keeps CLUSTER_DIR instead of removing it
@@ -78,7 +90,26 @@ _ue2e_node_names() {
 
 # ---------------------------------------------------------------- processes
 
-# True when PID is alive and is the daemon EXE started with config CONF.
+# True when the cluster in DIR (default CLUSTER_DIR) runs configless.
+_ue2e_is_configless() {
+    grep -qx 'CLUSTER_CONFIGLESS=1' "${1:-$CLUSTER_DIR}/state/params" 2>/dev/null
+}
+
+# The word that names this cluster in its slurmd's command line: the config
+# path, or in configless mode (no -f) the conf server address with this
+# cluster's unique port. DIR defaults to CLUSTER_DIR.
+_ue2e_slurmd_id() {
+    local dir=${1:-$CLUSTER_DIR} base
+    if _ue2e_is_configless "$dir"; then
+        base=$(sed -n 's/^CLUSTER_PORT_BASE=//p' "$dir/state/params")
+        printf '127.0.0.1:%s' "$base"
+    else
+        printf '%s/etc/slurm.conf' "$dir"
+    fi
+}
+
+# True when PID is alive and is the daemon EXE started with config CONF (a
+# word of its command line: see _ue2e_slurmd_id).
 _ue2e_pid_is() {
     local pid=$1 exe=$2 conf=$3 cmd
     [[ $pid =~ ^[0-9]+$ ]] || return 1
@@ -165,12 +196,13 @@ _ue2e_cancel_jobs() {
 }
 
 # Last resort after the step daemons were killed: job processes whose
-# environment names this cluster's config (srun propagates SLURM_CONF).
+# environment names a config file in this cluster's DIR (srun propagates
+# SLURM_CONF; configless slurmstepd sets its conf-cache one).
 _ue2e_kill_job_tasks() {
-    local conf=$1 p pids=()
+    local dir=$1 p pids=()
     for p in /proc/[0-9]*; do
         [[ ${p#/proc/} == "$$" || ${p#/proc/} == "$BASHPID" ]] && continue
-        if grep -qzxF "SLURM_CONF=$conf" "$p/environ" 2>/dev/null &&
+        if grep -qzF "SLURM_CONF=$dir/" "$p/environ" 2>/dev/null &&
             grep -qz '^SLURM_JOB_ID=' "$p/environ" 2>/dev/null; then
             pids+=("${p#/proc/}")
         fi
@@ -190,24 +222,42 @@ _ue2e_stop_dir() {
     fi
     for rec in "$dir"/state/slurmd-*.pid; do
         [[ -e $rec ]] || continue
-        _ue2e_kill_recorded "$rec" "$_UE2E_SBIN/slurmd" "$conf" || rc=1
+        _ue2e_kill_recorded "$rec" "$_UE2E_SBIN/slurmd" "$(_ue2e_slurmd_id "$dir")" || rc=1
     done
     _ue2e_kill_stepds "$dir" || rc=1
-    _ue2e_kill_job_tasks "$conf" || rc=1
+    _ue2e_kill_job_tasks "$dir" || rc=1
     _ue2e_kill_recorded "$dir/state/slurmctld.pid" "$_UE2E_SBIN/slurmctld" "$conf" || rc=1
-    _ue2e_kill_unrecorded "$conf" || rc=1
+    _ue2e_kill_unrecorded "$conf" "$(_ue2e_slurmd_id "$dir")" || rc=1
+    _ue2e_unlink_run_conf "$dir"
     return "$rc"
+}
+
+# /run/slurm/conf is one host-wide link, made by the last configless slurmd
+# started: remove it only when it is a root-owned link into DIR. /run/slurm
+# goes too when this cluster made it and it is empty now.
+_ue2e_unlink_run_conf() {
+    local dir=$1 target
+    if [[ -L /run/slurm/conf && $(stat -c %u /run/slurm/conf) == 0 ]]; then
+        target=$(readlink /run/slurm/conf)
+        [[ $target == "$dir"/* ]] && rm -f /run/slurm/conf
+    fi
+    if [[ -e $dir/state/made-run-slurm ]]; then
+        rmdir /run/slurm 2>/dev/null || true
+        rm -f "$dir/state/made-run-slurm"
+    fi
+    return 0
 }
 
 # Fallback for a start that failed before its PID was recorded: daemons whose
 # command line names this cluster's (unique, temp-dir) config file.
+# (SLURMD_ID: the slurmd's own word, _ue2e_slurmd_id; default CONF).
 _ue2e_kill_unrecorded() {
-    local conf=$1 p exe pids=()
+    local conf=$1 slurmd_id=${2:-$1} p pids=()
     for p in /proc/[0-9]*; do
         p=${p#/proc/}
-        for exe in "$_UE2E_SBIN/slurmd" "$_UE2E_SBIN/slurmctld"; do
-            _ue2e_pid_is "$p" "$exe" "$conf" && pids+=("$p")
-        done
+        if _ue2e_pid_is "$p" "$_UE2E_SBIN/slurmd" "$slurmd_id" || _ue2e_pid_is "$p" "$_UE2E_SBIN/slurmctld" "$conf"; then
+            pids+=("$p")
+        fi
     done
     ((${#pids[@]})) || return 0
     _ue2e_log "stopping unrecorded daemons of $conf: ${pids[*]}"
@@ -389,8 +439,10 @@ SlurmdDebug=${CLUSTER_DEBUG:-debug}
 EOF
         # Always our own file (empty without PLUGIN_SO): never the system's
         # /etc/slurm/plugstack.conf, and write_plugstack_conf +
-        # cluster_restart_slurmd can switch a plugin on later.
-        printf 'PlugStackConfig=%s/etc/plugstack.conf\n' "$d"
+        # cluster_restart_slurmd can switch a plugin on later. Configless:
+        # no line, so slurmd reads the plugstack.conf slurmctld shipped into
+        # its conf-cache (next to the cached slurm.conf).
+        [[ ${CLUSTER_CONFIGLESS:-0} == 1 ]] || printf 'PlugStackConfig=%s/etc/plugstack.conf\n' "$d"
         for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do
             printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN\n' \
                 "$i" "$host" "$((base + i))" "${CLUSTER_CPUS:-8}" "$ngpu"
@@ -403,8 +455,27 @@ EOF
         if [[ -n ${CLUSTER_PROLOG_HELPERS:-} ]]; then
             printf 'Prolog=%s/etc/unilab-mps-prolog.sh\nEpilog=%s/etc/unilab-mps-epilog.sh\n' "$d" "$d"
         fi
-        [[ -z ${CLUSTER_EXTRA_CONF:-} ]] || printf '%s\n' "$CLUSTER_EXTRA_CONF"
+        _ue2e_extra_conf
     } >"$d/etc/slurm.conf"
+}
+
+# CLUSTER_EXTRA_CONF, with configless mode's enable_configless merged into
+# its SlurmctldParameters= line (or added as one).
+_ue2e_extra_conf() {
+    local line merged=0
+    if [[ -n ${CLUSTER_EXTRA_CONF:-} ]]; then
+        while IFS= read -r line; do
+            if [[ ${CLUSTER_CONFIGLESS:-0} == 1 && ${line,,} == slurmctldparameters=* ]]; then
+                line+=,enable_configless
+                merged=1
+            fi
+            printf '%s\n' "$line"
+        done <<<"$CLUSTER_EXTRA_CONF"
+    fi
+    if [[ ${CLUSTER_CONFIGLESS:-0} == 1 && $merged == 0 ]]; then
+        printf 'SlurmctldParameters=enable_configless\n'
+    fi
+    return 0
 }
 
 _ue2e_write_gres_conf() {
@@ -487,13 +558,14 @@ _ue2e_write_config() {
 
 # ---------------------------------------------------------------- daemons
 
-# Wait for a pid file written by a daemonizing slurm daemon; record its PID.
+# Wait for a pid file written by a daemonizing slurm daemon; record its PID
+# (ID: the word its command line holds, default SLURM_CONF).
 _ue2e_record_pid() {
-    local pidfile=$1 record=$2 exe=$3 what=$4 pid
+    local pidfile=$1 record=$2 exe=$3 what=$4 id=${5:-$SLURM_CONF} pid
     local deadline=$((SECONDS + $(_ue2e_wait_s)))
     while :; do
         pid=$(cat "$pidfile" 2>/dev/null || true)
-        if [[ -n $pid ]] && _ue2e_pid_is "$pid" "$exe" "$SLURM_CONF"; then
+        if [[ -n $pid ]] && _ue2e_pid_is "$pid" "$exe" "$id"; then
             printf '%s\n' "$pid" >"$record"
             return 0
         fi
@@ -535,14 +607,21 @@ _ue2e_start_slurmctld() {
 
 _ue2e_start_slurmd() {
     local node=$1 d=$CLUSTER_DIR
+    local -a source=(-f "$SLURM_CONF")
     mkdir -p "$d/spool/$node" || return 1
-    _ue2e_daemon_env setsid "$_UE2E_SBIN/slurmd" -N "$node" -f "$SLURM_CONF" \
+    if _ue2e_is_configless; then
+        # No -f, no SLURM_CONF (env -i): slurmd fetches its files.
+        source=(--conf-server "$(_ue2e_slurmd_id)")
+        [[ -e /run/slurm ]] || : >"$d/state/made-run-slurm"
+    fi
+    _ue2e_daemon_env setsid "$_UE2E_SBIN/slurmd" -N "$node" "${source[@]}" \
         </dev/null >>"$d/log/slurmd-$node.out" 2>&1 || {
         _ue2e_err "slurmd -N $node exited with $?"
         cluster_log_tails "$CLUSTER_DIR"
         return 1
     }
-    _ue2e_record_pid "$d/run/slurmd-$node.pid" "$d/state/slurmd-$node.pid" "$_UE2E_SBIN/slurmd" "slurmd $node"
+    _ue2e_record_pid "$d/run/slurmd-$node.pid" "$d/state/slurmd-$node.pid" "$_UE2E_SBIN/slurmd" "slurmd $node" \
+        "$(_ue2e_slurmd_id)"
 }
 
 # Print "NODE STATE" for every node of the cluster (sinfo's long state names).
@@ -601,8 +680,8 @@ cluster_up() {
     CLUSTER_NODE_NAMES=${CLUSTER_NODE_NAMES% }
     export CLUSTER_NODE_NAMES
     # Remember what this dir needs to be torn down without our shell variables.
-    printf 'CLUSTER_MODE=%s\nCLUSTER_NODES=%s\nCLUSTER_PORT_BASE=%s\n' \
-        "${CLUSTER_MODE:-plain}" "$nnodes" "${CLUSTER_PORT_BASE:-16817}" >"$CLUSTER_DIR/state/params"
+    printf 'CLUSTER_MODE=%s\nCLUSTER_NODES=%s\nCLUSTER_PORT_BASE=%s\nCLUSTER_CONFIGLESS=%s\n' \
+        "${CLUSTER_MODE:-plain}" "$nnodes" "${CLUSTER_PORT_BASE:-16817}" "${CLUSTER_CONFIGLESS:-0}" >"$CLUSTER_DIR/state/params"
     _ue2e_make_gpus || return 1
     _ue2e_write_config || return 1
     _ue2e_register || return 1
@@ -612,7 +691,7 @@ cluster_up() {
         _ue2e_start_slurmd "$n" || return 1
     done
     wait_nodes_idle || return 1
-    _ue2e_log "up in $((SECONDS - t0))s: mode=${CLUSTER_MODE:-plain} nodes=$CLUSTER_NODE_NAMES dir=$CLUSTER_DIR plugin=${PLUGIN_SO:-none}"
+    _ue2e_log "up in $((SECONDS - t0))s: mode=${CLUSTER_MODE:-plain}$([[ ${CLUSTER_CONFIGLESS:-0} == 1 ]] && printf ' configless') nodes=$CLUSTER_NODE_NAMES dir=$CLUSTER_DIR plugin=${PLUGIN_SO:-none}"
 }
 
 # Stop everything this cluster started; keep or remove CLUSTER_DIR.
@@ -677,13 +756,18 @@ _ue2e_slurmd_start_time() {
 
 # Restart slurmd on NODE (default: every node), then wait until slurmctld saw
 # each new slurmd register (SlurmdStartTime changed) and the node is idle.
+# Configless: `scontrol reconfigure` first, so that slurmctld rereads the
+# files it ships (it loads them at start and at reconfigure).
 cluster_restart_slurmd() {
     local nodes=("$@") n
     ((${#nodes[@]})) || read -r -a nodes <<<"$(_ue2e_cluster_nodes)"
+    if _ue2e_is_configless; then
+        scontrol reconfigure || return 1
+    fi
     local -A before=()
     for n in "${nodes[@]}"; do
         before[$n]=$(_ue2e_slurmd_start_time "$n")
-        _ue2e_kill_recorded "$CLUSTER_DIR/state/slurmd-$n.pid" "$_UE2E_SBIN/slurmd" "$SLURM_CONF" || return 1
+        _ue2e_kill_recorded "$CLUSTER_DIR/state/slurmd-$n.pid" "$_UE2E_SBIN/slurmd" "$(_ue2e_slurmd_id)" || return 1
         _ue2e_start_slurmd "$n" || return 1
     done
     local deadline=$((SECONDS + $(_ue2e_wait_s)))

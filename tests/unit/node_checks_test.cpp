@@ -134,6 +134,43 @@ TEST(NodeChecksTest, SlurmConf) {
   EXPECT_EQ(run_check("slurm.conf", f).status, CheckStatus::kWarn);
 }
 
+TEST(NodeChecksTest, SlurmConfFromTheConfiglessCache) {
+  NodeFacts f = ready_facts();
+  f.options.slurm_conf_location = SlurmConfLocation{"/run/slurm/conf/slurm.conf", "configless cache", "/var/spool/slurmd/conf-cache", ""};
+  f.conf.files = {"/run/slurm/conf/slurm.conf"};
+  f.plugstack_path = "/run/slurm/conf/plugstack.conf";
+  f.stack.files = {"/run/slurm/conf/plugstack.conf"};
+  CheckResult r = run_check("slurm.conf", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk);
+  EXPECT_TRUE(has(r, "configless cache: /run/slurm/conf -> /var/spool/slurmd/conf-cache")) << r.detail;
+  EXPECT_EQ(run_check("plugstack", f).status, CheckStatus::kOk);
+  // An absolute PlugStackConfig is read on the node as it is, not from the cache.
+  f.conf.values["plugstackconfig"] = f.plugstack_path = "/etc/slurm/plugstack.conf";
+  f.stack.files = {"/etc/slurm/plugstack.conf"};
+  r = run_check("plugstack", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "PlugStackConfig=/etc/slurm/plugstack.conf is read on this node as it is")) << r.detail;
+  f.stack.files.clear();
+  r = run_check("plugstack", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "not from the files slurmctld ships")) << r.detail;
+  // slurmd rewrites its cache at every reconfigure: a newer cached
+  // plugstack.conf is a warning there, a newer plugin file still a failure.
+  f.conf.values.erase("plugstackconfig");
+  f.watched = {{"/run/slurm/conf/plugstack.conf", {}}};
+  f.watched[0].facts.exists = true;
+  f.watched[0].facts.mtime = *f.slurmd_started + 60;
+  r = run_check("slurmd", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "slurmd rewrote its configless cache since")) << r.detail;
+  f.watched.push_back({"/usr/lib/slurm/unilab_mps.so", f.watched[0].facts});
+  EXPECT_EQ(run_check("slurmd", f).status, CheckStatus::kFail);
+  // Not configless: the same PlugStackConfig is just the file to read.
+  f = ready_facts();
+  f.conf.values["plugstackconfig"] = "/etc/slurm/plugstack.conf";
+  EXPECT_EQ(run_check("plugstack", f).status, CheckStatus::kOk);
+}
+
 TEST(NodeChecksTest, Node) {
   NodeFacts f = ready_facts();
   f.node_candidates = {"a", "b"};
