@@ -3,7 +3,11 @@
 # slurmctld, slurmd on loopback) with simulated GPUs, driven by real srun and
 # sbatch as non-root users. Runs every scenario in two configurations
 # (without and with cgroup device constraint), then a two-node cluster.
-# Usage: tests/e2e/run_e2e.sh BUILD_DIR [plain|cgroup|multinode ...]
+# Usage: tests/e2e/run_e2e.sh BUILD_DIR [plain|cgroup|multinode|cgroup2 ...]
+# cgroup2 (not a default: Slurm 24.05+, run through `SLURM_ROOT_CGROUP2=1
+# scripts/slurm-root run`): the same scenarios on cgroup v2 with
+# PrologFlags=RunInJob and the Prolog=/Epilog= helpers, under the test-only
+# /proc shim of tests/e2e/cgroup2 (README there).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
@@ -14,7 +18,7 @@ configs=("$@")
 ((${#configs[@]})) || configs=(plain cgroup multinode)
 # Floor: each single-node configuration runs ~90 checks, multinode ~15.
 MIN_CHECKS=0
-for c in "${configs[@]}"; do case $c in plain|cgroup) MIN_CHECKS=$((MIN_CHECKS + 70)) ;; multinode) MIN_CHECKS=$((MIN_CHECKS + 8)) ;; esac; done
+for c in "${configs[@]}"; do case $c in plain|cgroup|cgroup2) MIN_CHECKS=$((MIN_CHECKS + 70)) ;; multinode) MIN_CHECKS=$((MIN_CHECKS + 8)) ;; esac; done
 
 STAGE=$(mktemp -d /tmp/unilab-e2e-stage.XXXXXX)
 chmod 755 "$STAGE"
@@ -78,7 +82,7 @@ gres_uuids() { # gres_uuids "0,2" -> the UUIDs of those GRES indices, comma-join
 # of the plugin: with device constraint the device files it may open, else
 # the job's GPUs (single-task jobs).
 want_uuids() { # want_uuids OUTPUT TASK
-  if [ "$MODE" = cgroup ]; then
+  if [ "$MODE" = cgroup ] || [ "$MODE" = cgroup2 ]; then
     gres_uuids "$(field "$1" "$2" ALLOWED)"
   else
     local g; g=$(field "$1" "$2" STEP_GPUS)
@@ -290,6 +294,14 @@ bring_up() { # bring_up MODE NODES
   GPU_DEVS="$CLUSTER_DIR/dev/nvidia3 $CLUSTER_DIR/dev/nvidia1 $CLUSTER_DIR/dev/nvidia0 $CLUSTER_DIR/dev/nvidia2"
   STATE_DIR=$CLUSTER_DIR/mps-state
   RUN_DIR=$CLUSTER_DIR/mps-run
+  # cgroup v2 needs RunInJob, where Slurm calls no SPANK job_prolog: the
+  # node runs the Prolog=/Epilog= helpers (docs/ADMIN.md section 6).
+  local shim= helpers=
+  if [ "$1" = cgroup2 ]; then
+    shim=$(bash "$here/cgroup2/build.sh" "$STAGE") || return 1
+    helpers=$STAGE/bin
+  fi
+  CLUSTER_CGROUP2_SHIM=$shim CLUSTER_PROLOG_HELPERS=$helpers \
   CLUSTER_MODE=$1 CLUSTER_NODES=$2 PLUGIN_SO=$STAGE/unilab_mps.so \
     PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5" \
     cluster_up
@@ -299,7 +311,7 @@ ensure_test_users
 for cfg in "${configs[@]}"; do
   echo "== configuration: $cfg"
   case $cfg in
-    plain|cgroup)
+    plain|cgroup|cgroup2)
       bring_up "$cfg" 1 || { fail "$cfg: cluster up"; cluster_down; continue; }
       start_timelimit_job
       scenario_single
