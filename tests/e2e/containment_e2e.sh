@@ -44,6 +44,12 @@ STAGE=$(mktemp -d /tmp/unilab-contain.XXXXXX)
 chmod 755 "$STAGE"
 stage_binaries "$build" "$STAGE"
 FAKES=$STAGE/fakes
+# The jobs' output files: this run's own dir (sticky, writable by the test
+# users). A fixed /tmp name collided across runs: /tmp is shared with the
+# Slurm 24.11 root, whose test users have other uids, and Slurm fails a batch
+# job whose output file it may not open.
+OUT=$STAGE/out
+mkdir -p "$OUT" && chmod 1777 "$OUT"
 BIN=$STAGE/bin
 MPS_OPT=SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps
 BG=()
@@ -136,7 +142,7 @@ plugin_args() { # plugin_args [extra...]
 # submit WRAP...: an --unilab-mps batch job of unimps1 on one GPU; sets JOB.
 submit() {
   local out
-  out=$(as_user unimps1 sbatch --parsable --unilab-mps --gres=gpu:1 -o "/tmp/contain-%j.out" --wrap "$*" 2>&1)
+  out=$(as_user unimps1 sbatch --parsable --unilab-mps --gres=gpu:1 -o "$OUT/contain-%j.out" --wrap "$*" 2>&1)
   JOB=${out%%;*}
   [[ $JOB =~ ^[0-9]+$ ]] || { fail "sbatch failed" "$out"; JOB=; return 1; }
 }
@@ -159,7 +165,7 @@ cgroup_part() {
 
   case_begin contain.cgroup "daemon and MPS server sit in the job's step_extern cgroup (devices and freezer)"
   submit "$(client_cmd 30)"
-  find_record || fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+  find_record || fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
   local d_dev d_frz spid s_dev s_frz
   wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
   spid=$(children_of "$DPID" | head -n1)
@@ -242,7 +248,7 @@ cgroup_runinjob_part() {
   case_begin contain.v1-runinjob "cgroup v1, RunInJob (Prolog=/Epilog= helpers): daemon and MPS server sit in the job's step_extern cgroup"
   submit "$(client_cmd 30)"
   if ! find_record; then
-    fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+    fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
     case_end "no daemon"
     KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
     return
@@ -276,7 +282,7 @@ cgroup2_part() {
   case_begin contain.v2-cgroup "cgroup v2, RunInJob: daemon and MPS server sit in the job's extern step"
   submit "$(client_cmd 30)"
   if ! find_record; then
-    fail "the job's daemon record appears" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)"
+    fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
     case_end "no daemon"
     KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
     return
@@ -353,9 +359,9 @@ plain_part() {
   case_begin hostile.fill-fs "a job that fills its pipe/log dirs fills only its own 64 MiB tmpfs; another job still starts; the mount goes with the job"
   submit 'dd if=/dev/zero of="$CUDA_MPS_LOG_DIRECTORY/fill" bs=1M count=200 2>&1 | tail -n1; cd "$CUDA_MPS_PIPE_DIRECTORY" && i=0; while touch f$i 2>/dev/null; do i=$((i+1)); done; echo "files=$i"; df -k --output=fstype,size "$CUDA_MPS_LOG_DIRECTORY" | tail -n1 | tr -s " "; sleep 10'
   find_record || fail "the job's daemon record appears"
-  wait_for 60 grep -q '^files=' /tmp/contain-"$JOB".out || fail "the job filled its dirs" "$(cat /tmp/contain-"$JOB".out)"
+  wait_for 60 grep -q '^files=' "$OUT/contain-$JOB.out" || fail "the job filled its dirs" "$(cat "$OUT/contain-$JOB.out")"
   local jout other
-  jout=$(cat /tmp/contain-"$JOB".out)
+  jout=$(cat "$OUT/contain-$JOB.out")
   expect_contains "the bytes stopped at the job's own 64 MiB" "$jout" "(67 MB, 64 MiB) copied"
   expect_contains "the job's dirs are a 64 MiB tmpfs" "$jout" "tmpfs 65536"
   check "the job's dir is its own tmpfs mount" grep -q " $RUN_DIR/job$JOB.n1.gpu0 tmpfs " /proc/mounts
@@ -383,11 +389,11 @@ print(\"built\")
 "'
   find_record || fail "the job's daemon record appears"
   wait_job_gone "$JOB" 120 || fail "job $JOB ends"
-  expect_contains "the job built its tree" "$(cat /tmp/contain-"$JOB".out 2>/dev/null)" "built"
+  expect_contains "the job built its tree" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)" "built"
   expect_eq "node n1 is idle (not drained)" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
   expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
   case_end "node $(sinfo -h -n n1 -N -o %T | sort -u); leftovers: $(ls -A "$RUN_DIR" 2>/dev/null | grep -c "^job$JOB\.")"
-  rm -f /tmp/contain-*.out
+  rm -f "$OUT"/contain-*.out
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 }
 

@@ -112,7 +112,9 @@ check_gpus_per_task() {
         'echo "$SLURM_PROCID|$CUDA_VISIBLE_DEVICES|$SLURM_STEP_GPUS|$SLURM_JOB_GPUS|$(bash -c "$0" probe "$1")"' \
         "$PROBE" "$CLUSTER_DIR/dev"
     local sorted
-    sorted=$(sort <<<"$OUT")
+    # Only the tasks' lines: srun adds its own ("srun: job N queued and
+    # waiting for resources" while an earlier job's resources are released).
+    sorted=$(grep -v '^srun: ' <<<"$OUT" | sort)
     while IFS= read -r line; do note "-n2 --gpus-per-task=1 (PROCID|CVD|STEP_GPUS|JOB_GPUS|probe): $line"; done <<<"$sorted"
     expect_eq "srun -n2 --gpus-per-task=1 runs tasks 0 and 1" "0 1" "$(cut -d'|' -f1 <<<"$sorted" | tr '\n' ' ' | sed 's/ $//')"
     local t0 t1 e0 e1
