@@ -109,10 +109,12 @@ SweepResult sweep_mps_processes(Services& s, const DaemonRecord& record, const s
   const std::string boot = s.proc.boot_id();
   for (pid_t pid : s.proc.pids()) {
     if (seen.count(pid)) continue;
-    auto st = running_stat(s.proc, pid);
-    if (!st || st->uid != record.uid) continue;
+    // The name first: one small read, and almost no process on a node is an
+    // MPS one (stat and status are two larger reads per process, per daemon).
     auto comm = s.proc.comm(pid);
     if (!comm || !comm->starts_with("nvidia-cuda-mps")) continue;
+    auto st = running_stat(s.proc, pid);
+    if (!st || st->uid != record.uid) continue;
     if (s.proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY") != record.pipe_directory) continue;
     seen.insert(pid);
     targets.push_back({pid, st->start_ticks, boot, st->uid});

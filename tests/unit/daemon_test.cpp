@@ -521,6 +521,19 @@ TEST_F(SweepTest, AServerThatOutlivesItsDaemonsQuitIsKilled) {
   expect_cleaned();
 }
 
+// The sweep looks at every process of the node, once per daemon stopped:
+// a process that is not an MPS binary costs it its name only, not a stat.
+TEST_F(SweepTest, ProcessesOfOtherNamesCostTheSweepNoStat) {
+  for (pid_t p = 50000; p < 50200; ++p) add_process(p, p % 2 ? daemon_uid() : other_uid(), "python", rec.pipe_directory);
+  pid_t server = add_server(pid + 1);
+  d.proc.stat_calls = 0;
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
+  EXPECT_FALSE(d.proc.alive(server));
+  for (pid_t p = 50000; p < 50200; ++p) EXPECT_TRUE(d.proc.alive(p)) << p;  // a user's clients are left alone
+  EXPECT_LT(d.proc.stat_calls, 50) << "the sweep stats processes whose name rules them out";
+}
+
 TEST_F(SweepTest, EveryDescendantSeenBeforeTheQuitIsKilledWhateverItsName) {
   // Not an MPS binary and without the pipe dir: found only as a descendant,
   // seen before the quit (afterwards it is an orphan, no longer a child).
