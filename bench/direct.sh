@@ -24,6 +24,7 @@ chmod 755 "$W"
 cleanup() {
   local p
   for p in $(daemons_under "$W/"); do kill -9 "$p" 2>/dev/null; done
+  mountpoint -q "$W/node" && umount -R -l "$W/node"
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -41,7 +42,13 @@ read -r -a MINORS <<<"$(gpu_minors "$NODE_GPUS")"
 make_devices "$W/dev" "${MINORS[@]}"
 write_gres_conf "$W/gres.conf" bn1 "$W/dev" "${MINORS[@]}"
 : >"$W/slurm.conf"
-STATE=$W/state RUN=$W/run
+# The node's state and run directories (and the shell script's pipe
+# directories) on a tmpfs, as on a real node: the defaults are under /run,
+# a tmpfs. Here /tmp is on disk, where every fsync of a record write would
+# wait for the disk, a cost no node pays.
+mkdir -p "$W/node"
+mount -t tmpfs -o mode=0755,size=256m tmpfs "$W/node" || { echo "bench/direct.sh: cannot mount a tmpfs on $W/node" >&2; exit 1; }
+STATE=$W/node/state RUN=$W/node/run
 STOP_TIMEOUT=10
 JOB=100000
 
@@ -56,22 +63,38 @@ plugin_args() {
   printf '%s\0' "state_dir=$STATE" "run_dir=$RUN" "nvidia_smi=$BENCH_FAKES/nvidia-smi" \
     "mps_control=$BENCH_FAKES/nvidia-cuda-mps-control" "gres_conf=$W/gres.conf" "stop_timeout=$STOP_TIMEOUT" "start_timeout=30"
 }
-run_helper() { # run_helper prolog|epilog JOB GPUS MODE
+# helper_cmd prolog|epilog JOB GPUS MODE: the helper's command line in
+# HELPER_CMD, built before any clock starts (the process substitutions fork).
+helper_cmd() {
   local -a e a
   mapfile -d '' -t e < <(job_env "$2" "$3" "$4")
   mapfile -d '' -t a < <(plugin_args)
-  "${e[@]}" "$BIN/unilab-mps-$1" "${a[@]}" >>"$W/helper.log" 2>&1
+  HELPER_CMD=("${e[@]}" "$BIN/unilab-mps-$1" "${a[@]}")
+}
+run_helper() { # run_helper prolog|epilog JOB GPUS MODE
+  helper_cmd "$@"
+  "${HELPER_CMD[@]}" >>"$W/helper.log" 2>&1
+}
+# timed_helper prolog|epilog JOB GPUS MODE: runs it; its wall time in CLOCK_MS
+# (the helper's process alone, as shell_job times the shell scripts).
+timed_helper() {
+  local rc
+  helper_cmd "$@"
+  clock_start
+  "${HELPER_CMD[@]}" >>"$W/helper.log" 2>&1
+  rc=$?
+  clock_stop
+  return "$rc"
 }
 
 # One job through prolog and epilog; rows for times and subprocess counts.
 # measure_job SUITE CASE PARAM LATENCY GPUS MODE
 measure_job() {
-  local suite=$1 case=$2 param=$3 lat=$4 gpus=$5 mode=$6 t rc ms
+  local suite=$1 case=$2 param=$3 lat=$4 gpus=$5 mode=$6 rc ms
   JOB=$((JOB + 1))
   reset_call_log
-  t=$(now_us)
-  run_helper prolog "$JOB" "$gpus" "$mode"; rc=$?
-  ms=$(elapsed_ms "$t")
+  timed_helper prolog "$JOB" "$gpus" "$mode"; rc=$?
+  ms=$CLOCK_MS
   # A failed run's time is not a measurement: checked before it is recorded.
   [ "$rc" -eq 0 ] || { bench_log "prolog of job $JOB failed ($suite $case $param): $(tail -3 "$W/helper.log")"; return 1; }
   row "$suite" "$case" "$param" "$lat" prolog_ms "$ms"
@@ -79,9 +102,8 @@ measure_job() {
   row "$suite" "$case" "$param" "$lat" prolog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
   row "$suite" "$case" "$param" "$lat" prolog_daemons "$(count_calls "$BENCH_CALL_LOG" mps-daemon)"
   reset_call_log
-  t=$(now_us)
-  run_helper epilog "$JOB" "$gpus" "$mode"; rc=$?
-  ms=$(elapsed_ms "$t")
+  timed_helper epilog "$JOB" "$gpus" "$mode"; rc=$?
+  ms=$CLOCK_MS
   [ "$rc" -eq 0 ] || { bench_log "epilog of job $JOB failed: $(tail -3 "$W/helper.log")"; return 1; }
   row "$suite" "$case" "$param" "$lat" epilog_ms "$ms"
   row "$suite" "$case" "$param" "$lat" epilog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
@@ -95,23 +117,26 @@ measure_job() {
 # query; `-d` until a front end gets an answer; `quit` until the daemon is gone.
 bench_log "direct: the fake NVIDIA tools alone"
 floor() { # floor LATENCY
-  local t pid pd=$W/floor/pipe
-  mkdir -p "$pd" "$W/floor/log"
-  t=$(now_us)
+  local pid pd=$W/node/floor/pipe
+  mkdir -p "$pd" "$W/node/floor/log"
+  clock_start
   "$BENCH_FAKES/nvidia-smi" --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >/dev/null ||
     { bench_log "floor: the fake nvidia-smi failed"; return 1; }
-  row floor tools 1 "$1" smi_ms "$(elapsed_ms "$t")"
-  t=$(now_us)
-  CUDA_MPS_PIPE_DIRECTORY=$pd CUDA_MPS_LOG_DIRECTORY=$W/floor/log CUDA_VISIBLE_DEVICES=GPU-5eed0000-b000-4000-8000-000c0ffee000 \
+  clock_stop
+  row floor tools 1 "$1" smi_ms "$CLOCK_MS"
+  clock_start
+  CUDA_MPS_PIPE_DIRECTORY=$pd CUDA_MPS_LOG_DIRECTORY=$W/node/floor/log CUDA_VISIBLE_DEVICES=GPU-5eed0000-b000-4000-8000-000c0ffee000 \
     "$BENCH_FAKES/nvidia-cuda-mps-control" -d >/dev/null
   until echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$pd "$BENCH_FAKES/nvidia-cuda-mps-control" >/dev/null 2>&1; do :; done
-  row floor tools 1 "$1" start_ms "$(elapsed_ms "$t")"
+  clock_stop
+  row floor tools 1 "$1" start_ms "$CLOCK_MS"
   pid=$(cat "$pd/nvidia-cuda-mps-control.pid")
-  t=$(now_us)
+  clock_start
   echo quit | CUDA_MPS_PIPE_DIRECTORY=$pd "$BENCH_FAKES/nvidia-cuda-mps-control" >/dev/null
   while proc_running "$pid"; do :; done
-  row floor tools 1 "$1" quit_ms "$(elapsed_ms "$t")"
-  rm -rf "$W/floor"
+  clock_stop
+  row floor tools 1 "$1" quit_ms "$CLOCK_MS"
+  rm -rf "$W/node/floor"
 }
 for lat in 0 tools; do
   set_fakes "$lat"
@@ -165,7 +190,9 @@ for total in "${rec_counts[@]}"; do
   while ((have < total - 1)); do
     have=$((have + 1))
     j=$((900000 + have))
-    printf '%s\n' "$template" | sed "s/job99999\./job$j./g; s/\"job_id\": \"99999\"/\"job_id\": \"$j\"/g" >"$STATE/job$j.bn1.gpu0.json"
+    # bash substitutions, no sed per file: 1,000 forks would take minutes here
+    rec=${template//job99999./job$j.}
+    printf '%s\n' "${rec//\"job_id\": \"99999\"/\"job_id\": \"$j\"}" >"$STATE/job$j.bn1.gpu0.json"
   done
   for ((r = 0; r < REPS; r++)); do measure_job records per-gpu "$total" 0 0 '(null)'; done
 done
@@ -189,34 +216,35 @@ STOP_TIMEOUT=10
 set_fakes 0
 
 bench_log "direct: the shell prolog/epilog after Slurm's etc/prolog.example"
-shell_job() { # shell_job CASE PARAM LAT GPUS WAIT
-  local t
-  printf 'MPS_CMD_DIR=%s/\nMPS_DIR_BASE=%s\nMPS_WAIT=%s\n' "$BENCH_FAKES" "$W/shell" "$5" >"$W/stage/shell-mps.conf"
-  mkdir -p "$W/shell"
+shell_job() { # shell_job CASE PARAM LAT GPUS WAIT [PER_GPU]
+  printf 'MPS_CMD_DIR=%s/\nMPS_DIR_BASE=%s\nMPS_WAIT=%s\nMPS_PER_GPU=%s\n' "$BENCH_FAKES" "$W/node/shell" "$5" "${6:-0}" >"$W/stage/shell-mps.conf"
+  mkdir -p "$W/node/shell"
   JOB=$((JOB + 1))
   local -a e
   mapfile -d '' -t e < <(job_env "$JOB" "$4" '')
   e+=("CUDA_VISIBLE_DEVICES=$4")
   reset_call_log
-  t=$(now_us)
+  clock_start
   "${e[@]}" "$W/stage/shell-prolog.sh" >>"$W/helper.log" 2>&1 || { bench_log "shell prolog of job $JOB failed"; return 1; }
-  row shell "$1" "$2" "$3" prolog_ms "$(elapsed_ms "$t")"
+  clock_stop
+  row shell "$1" "$2" "$3" prolog_ms "$CLOCK_MS"
   row shell "$1" "$2" "$3" prolog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row shell "$1" "$2" "$3" prolog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
   reset_call_log
-  t=$(now_us)
+  clock_start
   "${e[@]}" "$W/stage/shell-epilog.sh" >>"$W/helper.log" 2>&1 || { bench_log "shell epilog of job $JOB failed"; return 1; }
-  row shell "$1" "$2" "$3" epilog_ms "$(elapsed_ms "$t")"
+  clock_stop
+  row shell "$1" "$2" "$3" epilog_ms "$CLOCK_MS"
   row shell "$1" "$2" "$3" epilog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row shell "$1" "$2" "$3" epilog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
   # quit is asynchronous: let the daemon go before the next job reuses the dir
   local p
   for _ in $(seq 1 200); do
-    p=$(daemons_under "$W/shell/")
+    p=$(daemons_under "$W/node/shell/")
     [ -z "$p" ] && break
     sleep 0.02
   done
-  rm -rf "$W/shell"
+  rm -rf "$W/node/shell"
 }
 for lat in 0 tools; do
   set_fakes "$lat"
@@ -226,12 +254,17 @@ for lat in 0 tools; do
       shell_job "$wait" 1 "$lat" 0 "$wait"
       shell_job "$wait" 4 "$lat" 0,1,2,3 "$wait"
       shell_job "$wait" 8 "$lat" "$(seq_csv 8)" "$wait"
+      # What a site does for per-GPU daemons: one per GPU, one after another.
+      [ "$lat" = 0 ] && shell_job "$wait-per-gpu" 8 "$lat" "$(seq_csv 8)" "$wait" 1
     done
   done
 done
 set_fakes 0
 
-bench_log "direct: unilab-mps status with 1, 10, 100, 1000 records"
+# status always up to 1,000 records (the headline's figure); quick mode
+# stops the records suite above at 100.
+st_counts=(1 10 100 1000)
+bench_log "direct: unilab-mps status with ${st_counts[*]} records"
 CS=$W/cli-state CR=$W/cr
 "$BIN/unilab-mps" start 0 --state-dir "$CS" --run-dir "$CR" --nvidia-smi "$BENCH_FAKES/nvidia-smi" \
   --mps-control "$BENCH_FAKES/nvidia-cuda-mps-control" >>"$W/helper.log" 2>&1 || bench_log "CLI start failed"
@@ -239,21 +272,22 @@ tfile=$(compgen -G "$CS/*.json" | head -n1)
 tname=$(basename "$tfile" .json)
 template=$(cat "$CS/$tname.json")
 have=1
-for total in "${rec_counts[@]}"; do
+for total in "${st_counts[@]}"; do
   # Each copy has its own name and pipe directory and points at the live
   # daemon, so every liveness check does its full work.
   while ((have < total)); do
     have=$((have + 1))
-    n=$(printf 'bench-%04d' "$have")
-    printf '%s\n' "$template" | sed "s/$tname/$n/g" >"$CS/$n.json"
+    printf -v n 'bench-%04d' "$have"
+    printf '%s\n' "${template//$tname/$n}" >"$CS/$n.json"
   done
   chmod 600 "$CS"/*.json
   for ((r = 0; r < REPS; r++)); do
-    t=$(now_us)
+    clock_start
     "$BIN/unilab-mps" status --json --state-dir "$CS" --run-dir "$CR" --nvidia-smi "$BENCH_FAKES/nvidia-smi" \
       --mps-control "$BENCH_FAKES/nvidia-cuda-mps-control" >"$W/status.json" 2>>"$W/helper.log" ||
       { bench_log "status of $total records failed"; exit 1; }
-    row status json "$total" 0 status_ms "$(elapsed_ms "$t")"
+    clock_stop
+    row status json "$total" 0 status_ms "$CLOCK_MS"
   done
   n=$(grep -c '"live": true' "$W/status.json")
   [ "$n" -eq "$total" ] || bench_log "status saw $n live daemons of $total records"

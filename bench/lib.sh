@@ -26,6 +26,20 @@ elapsed_ms() {
   printf '%d.%d' "$((d / 1000))" "$(((d % 1000) / 100))"
 }
 
+# A stopwatch that forks nothing: `t=$(now_us)` and `$(elapsed_ms ...)` each
+# fork a subshell, and on a loaded VM a fork costs milliseconds that would
+# land inside the measured interval. clock_start; CMD; clock_stop; then
+# $CLOCK_MS holds CMD's wall time in ms (0.1 ms resolution).
+clock_start() {
+  CLOCK_T0=${EPOCHREALTIME/[.,]/}
+}
+# shellcheck disable=SC2034 # CLOCK_MS is for the caller
+clock_stop() {
+  local t=${EPOCHREALTIME/[.,]/}
+  local d=$((10#$t - 10#$CLOCK_T0))
+  printf -v CLOCK_MS '%d.%d' "$((d / 1000))" "$(((d % 1000) / 100))"
+}
+
 # row SUITE CASE PARAM LATENCY METRIC VALUE
 row() {
   printf '%s,%s,%s,%s,%s,%s\n' "$@" >>"${BENCH_CSV:?BENCH_CSV unset}"

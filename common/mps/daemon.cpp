@@ -28,6 +28,8 @@ using std::chrono::milliseconds;
 
 // The longest pause between two readiness looks (see await_answer).
 constexpr milliseconds kReadinessStepCap{32};
+// The longest pause between two looks for the control socket (await_socket).
+constexpr milliseconds kSocketStepCap{4};
 
 milliseconds remaining(Clock& clock, std::chrono::steady_clock::time_point deadline) {
   auto left = std::chrono::duration_cast<milliseconds>(deadline - clock.now());
@@ -109,10 +111,12 @@ SweepResult sweep_mps_processes(Services& s, const DaemonRecord& record, const s
   const std::string boot = s.proc.boot_id();
   for (pid_t pid : s.proc.pids()) {
     if (seen.count(pid)) continue;
-    auto st = running_stat(s.proc, pid);
-    if (!st || st->uid != record.uid) continue;
+    // The name first: one small read, and almost no process on a node is an
+    // MPS one (stat and status are two larger reads per process, per daemon).
     auto comm = s.proc.comm(pid);
     if (!comm || !comm->starts_with("nvidia-cuda-mps")) continue;
+    auto st = running_stat(s.proc, pid);
+    if (!st || st->uid != record.uid) continue;
     if (s.proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY") != record.pipe_directory) continue;
     seen.insert(pid);
     targets.push_back({pid, st->start_ticks, boot, st->uid});
@@ -321,12 +325,29 @@ void launch(Starting& st) {
                 std::nullopt);
 }
 
-// Asks right after `-d` returned, then after 1, 2, 4 .. ms, capped: a daemon
-// is up within milliseconds to a few hundred, a late look wastes up to a
-// whole step of the prolog, and each look costs one front-end run.
+// Until the daemon's control socket exists nothing can answer, and a look
+// for it is one lstat, not a front-end run: looked for every 1, 2, then 4 ms,
+// so a daemon that takes long to bind it is found within 4 ms, not within
+// the front-end back-off's 32. False at the deadline.
+bool await_socket(Starting& st) {
+  milliseconds step(1);
+  while (!st.mps.has_socket(st.ep)) {
+    milliseconds left = remaining(st.s.clock, st.deadline);
+    if (left.count() == 0) return false;
+    st.s.clock.sleep_for(std::min(step, left));
+    step = std::min(step * 2, kSocketStepCap);
+  }
+  return true;
+}
+
+// Asks right after `-d` returned (once the socket exists, await_socket),
+// then after 1, 2, 4 .. ms, capped: a daemon is up within milliseconds to a
+// few hundred, a late look wastes up to a whole step of the prolog, and each
+// look costs one front-end run.
 bool await_answer(Starting& st) {
   milliseconds step(1);
   for (;;) {
+    if (!await_socket(st)) return false;
     milliseconds left = remaining(st.s.clock, st.deadline);
     if (left.count() == 0) return false;
     if (st.mps.answers(st.ep, left)) return true;

@@ -54,8 +54,12 @@ CommandResult MpsControl::send(const MpsEndpoint& ep, const std::string& command
   return runner_.run(c);
 }
 
+bool MpsControl::has_socket(const MpsEndpoint& ep) const {
+  return control_pipe_kind(ep.pipe_directory + "/control") == "socket";
+}
+
 bool MpsControl::answers(const MpsEndpoint& ep, std::chrono::milliseconds timeout) {
-  if (control_pipe_kind(ep.pipe_directory + "/control") != "socket") return false;
+  if (!has_socket(ep)) return false;
   CommandResult r = send(ep, "get_server_list", timeout);
   return r.ok() && r.out.find("Cannot find MPS control daemon") == std::string::npos;
 }

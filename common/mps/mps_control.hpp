@@ -56,6 +56,9 @@ class MpsControl {
   // Sends one command through the front end; the raw result.
   CommandResult send(const MpsEndpoint& ep, const std::string& command,
                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // True when the endpoint's control socket exists (one lstat, no front-end
+  // run): nothing can answer before it does.
+  bool has_socket(const MpsEndpoint& ep) const;
   // True when a daemon answers `get_server_list` on this endpoint.
   bool answers(const MpsEndpoint& ep, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // Runs `nvidia-cuda-mps-control -d` as the endpoint's user with

@@ -686,6 +686,11 @@ std::string remove_tree_as_owner(int dir_fd, const std::string& name, uid_t uid,
   if (st.st_uid != uid) {
     return fmt::format("refusing to remove {}: owned by uid {}, not the daemon's uid {}; left in place", name, st.st_uid, uid);
   }
+  // An empty directory (the usual case: the daemon's tmpfs was just
+  // unmounted from it) needs no child: removing the empty top directory is
+  // all root does after the child in any case. Anything below it, and every
+  // failure, goes the child's way.
+  if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) return "";
   auto scratch = std::make_unique<Scratch>();  // prepared before fork: the child may not allocate
   scratch->raw.chmod_on_eacces = true;
   return remove_emptied(dir_fd, name, [&]() -> std::string {

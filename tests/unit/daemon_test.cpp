@@ -521,6 +521,19 @@ TEST_F(SweepTest, AServerThatOutlivesItsDaemonsQuitIsKilled) {
   expect_cleaned();
 }
 
+// The sweep looks at every process of the node, once per daemon stopped:
+// a process that is not an MPS binary costs it its name only, not a stat.
+TEST_F(SweepTest, ProcessesOfOtherNamesCostTheSweepNoStat) {
+  for (pid_t p = 50000; p < 50200; ++p) add_process(p, p % 2 ? daemon_uid() : other_uid(), "python", rec.pipe_directory);
+  pid_t server = add_server(pid + 1);
+  d.proc.stat_calls = 0;
+  StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
+  EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
+  EXPECT_FALSE(d.proc.alive(server));
+  for (pid_t p = 50000; p < 50200; ++p) EXPECT_TRUE(d.proc.alive(p)) << p;  // a user's clients are left alone
+  EXPECT_LT(d.proc.stat_calls, 50) << "the sweep stats processes whose name rules them out";
+}
+
 TEST_F(SweepTest, EveryDescendantSeenBeforeTheQuitIsKilledWhateverItsName) {
   // Not an MPS binary and without the pipe dir: found only as a descendant,
   // seen before the quit (afterwards it is an orphan, no longer a child).
@@ -857,6 +870,39 @@ TEST_F(DaemonTest, ReadinessIsAskedAtOnceThenWithAShortBackOff) {
   EXPECT_EQ(pauses, (std::vector<std::chrono::milliseconds>{1ms, 2ms, 4ms, 8ms}));
   // 5 looks after -d (before it there is no socket: nobody is asked)
   EXPECT_EQ(d.runner.with_stdin("get_server_list\n").size(), 5u);
+}
+
+// Before the control socket exists nobody is asked (no front-end run), and
+// it is looked for every 1, 2, then 4 ms: a daemon that binds it late is
+// found within 4 ms of that, then asked at once.
+TEST_F(DaemonTest, ASocketBoundLateIsLookedForOftenWithoutAskingAnyone) {
+  d.host.create_socket = false;
+  std::vector<std::chrono::milliseconds> pauses;
+  size_t asked_before_socket = 0;
+  d.clock.on_sleep = [&](std::chrono::milliseconds p) {
+    pauses.push_back(p);
+    if (pauses.size() != 6) return;
+    std::lock_guard lock(d.host.mutex);
+    asked_before_socket = d.runner.with_stdin("get_server_list\n").size();
+    ASSERT_TRUE(test::bind_unix_socket(d.host.daemons.begin()->first + "/control"));
+  };
+  DaemonRecord rec = start_daemon(d.services, d.tools, store, request());
+  EXPECT_EQ(rec.state, RecordState::kRunning);
+  EXPECT_EQ(pauses, (std::vector<std::chrono::milliseconds>{1ms, 2ms, 4ms, 4ms, 4ms, 4ms}));
+  EXPECT_EQ(asked_before_socket, 0u);
+  EXPECT_EQ(d.runner.with_stdin("get_server_list\n").size(), 1u);  // asked once the socket is there: it answers
+}
+
+// No socket ever: the start fails at its deadline, having asked no one.
+TEST_F(DaemonTest, ASocketThatNeverComesFailsAtTheDeadline) {
+  d.host.create_socket = false;
+  StartRequest req = request();
+  req.start_timeout = 200ms;
+  EXPECT_THROW(start_daemon(d.services, d.tools, store, req), CudaMpsError);
+  EXPECT_GE(d.clock.elapsed(), 200ms);
+  EXPECT_LE(d.clock.elapsed(), 200ms + 4ms);
+  EXPECT_TRUE(d.runner.with_stdin("get_server_list\n").empty());
+  EXPECT_FALSE(store.read(req.name));
 }
 
 TEST_F(DaemonTest, ReadinessBackOffIsCapped) {

@@ -1,6 +1,7 @@
 #include "common/mps/safefs.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -559,6 +560,36 @@ TEST(RemoveTreeAsOwner, RootRemovesOnlyTheTopTheUserRemovesTheRest) {
   e = remove_tree_as_owner(dir.get(), "t", test::kOtherUid, test::kOtherGid, std::chrono::seconds(60));
   EXPECT_NE(e.find("not the daemon's uid"), std::string::npos) << e;
   EXPECT_TRUE(test::exists(tmp / "t/rootdir/rootfile"));
+}
+
+std::atomic<int> g_sigchld{0};
+
+// The epilog's usual case: the daemon's tmpfs was just unmounted, its
+// directory is empty. Root removes it at once, without forking a child
+// (one process start per daemon saved), even with no time left for one.
+TEST(RemoveTreeAsOwner, AnEmptyDirectoryNeedsNoChild) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root to make trees of another uid";
+  TempDir tmp;
+  test::make_dir(tmp / "t", 0700);
+  ASSERT_EQ(lchown((tmp / "t").c_str(), test::kOtherUid, test::kOtherGid), 0);
+  Fd dir = open_dir(tmp.path());
+  struct sigaction count {}, old {};
+  count.sa_handler = [](int) { g_sigchld.fetch_add(1); };
+  sigemptyset(&count.sa_mask);
+  ASSERT_EQ(sigaction(SIGCHLD, &count, &old), 0);
+  g_sigchld = 0;
+  const std::string e = remove_tree_as_owner(dir.get(), "t", test::kOtherUid, test::kOtherGid, std::chrono::milliseconds(0));
+  const int children = g_sigchld.load();
+  sigaction(SIGCHLD, &old, nullptr);
+  EXPECT_EQ(e, "");
+  EXPECT_FALSE(test::exists(tmp / "t"));
+  EXPECT_EQ(children, 0) << "a child was forked for an empty directory";
+
+  // Still the owner's only: an empty directory of another uid stays.
+  test::make_dir(tmp / "t", 0700);
+  EXPECT_NE(remove_tree_as_owner(dir.get(), "t", test::kOtherUid, test::kOtherGid, std::chrono::seconds(60)).find("not the daemon's uid"),
+            std::string::npos);
+  EXPECT_TRUE(test::exists(tmp / "t"));
 }
 
 TEST(RemoveTreeAsOwner, GivesUpAtTheDeadlineAndSaysSo) {
