@@ -157,6 +157,16 @@ find_record() {
   GRES=${REC##*.gpu}
   GRES=${GRES%.json}
 }
+# find_record, or else: the failure (with the job's output), the case ended
+# and the cluster stopped; non-zero so the part returns (its later cases need
+# the daemon).
+record_or_end_part() {
+  find_record && return 0
+  fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
+  case_end "no daemon"
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+  return 1
+}
 client_cmd() { printf '%s' "srun $FAKES/fake-cuda-client --hold $1"; }
 
 cgroup_part() {
@@ -247,12 +257,7 @@ cgroup_runinjob_part() {
   bring_up cgroup RunInJob || { fail "cgroup RunInJob: cluster up"; cluster_down; return; }
   case_begin contain.v1-runinjob "cgroup v1, RunInJob (Prolog=/Epilog= helpers): daemon and MPS server sit in the job's step_extern cgroup"
   submit "$(client_cmd 30)"
-  if ! find_record; then
-    fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
-    case_end "no daemon"
-    KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
-    return
-  fi
+  record_or_end_part || return
   local spid d_dev d_frz s_frz
   wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
   spid=$(children_of "$DPID" | head -n1)
@@ -281,12 +286,7 @@ cgroup2_part() {
 
   case_begin contain.v2-cgroup "cgroup v2, RunInJob: daemon and MPS server sit in the job's extern step"
   submit "$(client_cmd 30)"
-  if ! find_record; then
-    fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
-    case_end "no daemon"
-    KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
-    return
-  fi
+  record_or_end_part || return
   wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
   spid=$(children_of "$DPID" | head -n1)
   d=$(cgroup2_of "$DPID") s=$(cgroup2_of "$spid")
