@@ -4,9 +4,11 @@
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
-#include <sys/stat.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,7 +16,11 @@
 #include <pthread.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -89,6 +95,32 @@ std::vector<Limit> user_limits() {
   return out;
 }
 
+// The supplementary groups of `uid` (primary group `gid`); a user unknown to
+// NSS gets only its primary group rather than keeping root's groups. Looked
+// up once per user and process: a prolog runs the tools of a node's daemons
+// as one user from several threads, and each lookup reads the NSS sources
+// (the first also loads their modules).
+std::vector<gid_t> supplementary_groups(uid_t uid, gid_t gid) {
+  static std::mutex mu;
+  static std::map<std::pair<uid_t, gid_t>, std::vector<gid_t>> known;
+  std::lock_guard lock(mu);
+  if (auto it = known.find({uid, gid}); it != known.end()) return it->second;
+  std::vector<gid_t> groups{gid};
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    int n = 64;
+    groups.resize(static_cast<size_t>(n));
+    if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) {
+      groups.resize(static_cast<size_t>(n));
+      getgrouplist(pw.pw_name, gid, groups.data(), &n);
+    }
+    groups.resize(static_cast<size_t>(n));
+  }
+  return known[{uid, gid}] = groups;
+}
+
 std::string prepare(const Command& c, Prepared& p, bool new_session) {
   if (c.argv.empty() || c.argv[0].empty() || c.argv[0][0] != '/') {
     return fmt::format("cannot execute '{}': not an absolute path", c.argv.empty() ? "" : c.argv[0]);
@@ -106,26 +138,53 @@ std::string prepare(const Command& c, Prepared& p, bool new_session) {
     p.uid = c.credentials->uid;
     p.gid = c.credentials->gid;
     p.limits = user_limits();
-    // Supplementary groups of the target user; a user unknown to NSS gets
-    // only its primary group rather than keeping root's groups.
-    struct passwd pw {};
-    struct passwd* found = nullptr;
-    std::vector<char> buf(16384);
-    if (getpwuid_r(p.uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-      int n = 64;
-      p.groups.resize(static_cast<size_t>(n));
-      if (getgrouplist(pw.pw_name, p.gid, p.groups.data(), &n) < 0) {
-        p.groups.resize(static_cast<size_t>(n));
-        getgrouplist(pw.pw_name, p.gid, p.groups.data(), &n);
-      }
-      p.groups.resize(static_cast<size_t>(n));
-    } else {
-      p.groups = {p.gid};
-    }
+    p.groups = supplementary_groups(p.uid, p.gid);
   } else if (c.credentials && geteuid() != 0 && c.credentials->uid != geteuid()) {
     return fmt::format("cannot run {} as uid {}: only root can switch users", c.argv[0], c.credentials->uid);
   }
   return {};
+}
+
+// Code that runs in the child of SystemRunner (which shares its parent's
+// memory, see spawn_child) carries no sanitizer instrumentation: its shadow
+// memory and fake stack frames are the parent's.
+#define UNILAB_CHILD_CODE __attribute__((no_sanitize("address")))
+
+// Raw system calls for what the child changes of its credentials and signal
+// state. The child of SystemRunner shares its parent's memory (CLONE_VM,
+// see spawn_child). glibc's setuid/setgid/setgroups, in a process with
+// threads, mark and signal every thread on the process's thread list to
+// make all of them change (the "setxid" broadcast): from the child that list
+// is its root parent's live threads. And a sanitizer's sigaction
+// interceptor would record the child's dispositions in the parent's memory.
+// A raw call changes the calling task alone and writes nothing of the
+// parent's. For exec_replace (no child) the same is right: exec follows at
+// once and ends every other thread.
+UNILAB_CHILD_CODE long raw_setgroups(const std::vector<gid_t>& g) { return syscall(SYS_setgroups, g.size(), g.data()); }
+UNILAB_CHILD_CODE long raw_setresgid(gid_t g) { return syscall(SYS_setresgid, g, g, g); }
+UNILAB_CHILD_CODE long raw_setresuid(uid_t u) { return syscall(SYS_setresuid, u, u, u); }
+
+// The kernel's struct sigaction (x86_64, aarch64, ppc64le: handler, flags,
+// restorer, 64-bit mask); only SIG_DFL is ever set through it.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+
+// Every signal back to its default action, then none blocked: the tool
+// starts with neither the host's ignored signals (slurmstepd ignores some)
+// nor its mask. Dispositions first: until the mask is cleared no handler of
+// the parent can run in the child.
+UNILAB_CHILD_CODE void reset_signals() {
+  const KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
+  for (int s = 1; s < NSIG; ++s) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    syscall(SYS_rt_sigaction, s, &dfl, nullptr, sizeof dfl.mask);
+  }
+  const uint64_t none = 0;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
 }
 
 // The process state every tool starts with, and the privilege drop, in one
@@ -140,9 +199,9 @@ std::string prepare(const Command& c, Prepared& p, bool new_session) {
 //    `unilab-mps start -f` keeps its terminal so Ctrl-C reaches it.
 //  - as root dropping to a user: oom_score_adj 0 (slurmd runs at -1000,
 //    unkillable by the OOM killer, and children inherit that), the limits
-//    of user_limits(), then setgroups/setgid/setuid, and a check that the
-//    drop cannot be undone.
-int become_tool_process(const Prepared& p) {
+//    of user_limits(), then groups, gid and uid (raw calls, see above), and
+//    a check that the drop cannot be undone.
+UNILAB_CHILD_CODE int become_tool_process(const Prepared& p) {
   umask(077);
   if (chdir("/") != 0) return errno;
   if (p.new_session && setsid() < 0) return errno;
@@ -163,42 +222,89 @@ int become_tool_process(const Prepared& p) {
     for (const Limit& l : p.limits) {
       if (setrlimit(l.resource, &l.value) != 0 && (errno != EPERM || setrlimit(l.resource, &l.fallback) != 0)) return errno;
     }
-    if (setgroups(p.groups.size(), p.groups.data()) != 0) return errno;
-    if (setgid(p.gid) != 0) return errno;
-    if (setuid(p.uid) != 0) return errno;
-    if (setuid(0) == 0 || setgid(0) == 0) return EPERM;  // the drop must be irreversible
+    if (raw_setgroups(p.groups) != 0) return errno;
+    if (raw_setresgid(p.gid) != 0) return errno;
+    if (raw_setresuid(p.uid) != 0) return errno;
+    if (raw_setresuid(0) == 0 || raw_setresgid(0) == 0) return EPERM;  // the drop must be irreversible
   }
   return 0;
 }
 
-[[noreturn]] void child_fail(int fd, int err) {
-  ssize_t ignored = write(fd, &err, sizeof err);
-  (void)ignored;
-  _exit(127);
+// The exec-status pipe gets the errno; the child ends (exit_group itself:
+// a sanitizer's _exit interceptor would run in the parent's memory).
+UNILAB_CHILD_CODE [[noreturn]] void child_fail(int fd, int err) {
+  if (fd >= 0) {
+    ssize_t ignored = write(fd, &err, sizeof err);
+    (void)ignored;
+  }
+  for (;;) syscall(SYS_exit_group, 127);
 }
 
-// Runs in the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void child_exec(const Prepared& p, int in_fd, int out_fd, int err_fd, int status_fd) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int s = 1; s < NSIG; ++s) signal(s, SIG_DFL);
+// Closes fds lo..hi: close_range from Linux 5.9, one by one (up to 65535) before.
+UNILAB_CHILD_CODE void close_fd_range(int lo, int hi) {
+  if (lo > hi) return;
+  if (syscall(SYS_close_range, static_cast<unsigned>(lo), static_cast<unsigned>(hi), 0U) == 0) return;
+  for (int fd = lo; fd <= hi && fd <= 65535; ++fd) close(fd);
+}
+
+// Closes every fd from `from` up, but `keep` (-1: none kept).
+UNILAB_CHILD_CODE void close_fds_from(int from, int keep) {
+  if (keep < from) {
+    close_fd_range(from, std::numeric_limits<int>::max());
+    return;
+  }
+  close_fd_range(from, keep - 1);
+  close_fd_range(keep + 1, std::numeric_limits<int>::max());
+}
+
+// Runs in the child between clone and exec, in the parent's memory with all
+// signals blocked: async-signal-safe calls on prepared data only, nothing
+// that allocates or writes the parent's state (no sanitizer instrumentation:
+// its shadow of this stack would outlive the child).
+struct ChildArgs {
+  const Prepared* p;
+  int in, out, err, status;
+};
+UNILAB_CHILD_CODE [[noreturn]] void child_exec(const ChildArgs& a) {
+  reset_signals();
   // The host process may run with fds 0-2 closed (slurmstepd can), so a pipe
   // end may sit on 0..2: move every end above 2 before the dup2s.
-  status_fd = fcntl(status_fd, F_DUPFD_CLOEXEC, 10);
-  in_fd = fcntl(in_fd, F_DUPFD, 10);
-  out_fd = fcntl(out_fd, F_DUPFD, 10);
-  err_fd = fcntl(err_fd, F_DUPFD, 10);
-  if (status_fd < 0 || in_fd < 0 || out_fd < 0 || err_fd < 0) _exit(127);
+  int status_fd = fcntl(a.status, F_DUPFD_CLOEXEC, 10);
+  int in_fd = fcntl(a.in, F_DUPFD, 10);
+  int out_fd = fcntl(a.out, F_DUPFD, 10);
+  int err_fd = fcntl(a.err, F_DUPFD, 10);
+  if (status_fd < 0 || in_fd < 0 || out_fd < 0 || err_fd < 0) child_fail(-1, 0);
   if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) child_fail(status_fd, errno);
-  // Close everything above 2 except the exec-status pipe (close-on-exec).
-  for (int fd = 3; fd < 1024; ++fd) {
-    if (fd != status_fd) close(fd);
-  }
-  syscall(SYS_close_range, 1024U, ~0U, 0);
-  if (int e = become_tool_process(p); e != 0) child_fail(status_fd, e);
-  execve(p.argv[0], p.argv.data(), p.envp.data());
+  // Everything above 2 but the exec-status pipe (close-on-exec) is closed.
+  close_fds_from(3, status_fd);
+  if (int e = become_tool_process(*a.p); e != 0) child_fail(status_fd, e);
+  execve(a.p->argv[0], a.p->argv.data(), a.p->envp.data());
   child_fail(status_fd, errno);
+}
+
+UNILAB_CHILD_CODE int child_main(void* arg) { child_exec(*static_cast<const ChildArgs*>(arg)); }
+
+// Starts the child of SystemRunner::run: clone(CLONE_VM | CLONE_VFORK), as
+// posix_spawn does, not fork. A fork copies the page tables of a process
+// with several threads (the prolog starts a node's daemons at once, each
+// thread running tools) and every page either side then writes costs a
+// copy and a TLB shoot-down: most of a tool start's cost here. This thread
+// waits until the child has exec'd or died; the child runs on its own
+// stack with every signal blocked, so no handler of ours runs in it.
+pid_t spawn_child(const ChildArgs& args) {
+  constexpr size_t kChildStack = 256 * 1024;
+  void* stack = mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(child_main, static_cast<char*>(stack) + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                    const_cast<ChildArgs*>(&args));
+  const int e = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  munmap(stack, kChildStack);
+  errno = e;
+  return pid;
 }
 
 // write() to a pipe whose reader is gone raises SIGPIPE, and its default
@@ -311,13 +417,12 @@ CommandResult SystemRunner::run(const Command& c) {
     return result;  // the few fds leaked here are closed at exit; this path needs fd exhaustion
   }
   const auto deadline = std::chrono::steady_clock::now() + c.timeout;
-  pid_t pid = fork();
+  pid_t pid = spawn_child(ChildArgs{&p, in[0], out[1], err[1], status[1]});
   if (pid < 0) {
-    result.exec_error = fmt::format("fork: {}", std::strerror(errno));
+    result.exec_error = fmt::format("cannot start {}: {}", c.argv[0], std::strerror(errno));
     for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1], status[0], status[1]}) close(fd);
     return result;
   }
-  if (pid == 0) child_exec(p, in[0], out[1], err[1], status[1]);
   result.pid = pid;
   for (int fd : {in[0], out[1], err[1], status[1]}) close(fd);
 
@@ -400,7 +505,7 @@ std::string exec_replace(const Command& c) {
   if (std::string e = prepare(c, p, false); !e.empty()) return e;
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd >= 0) { dup2(null_fd, 0); close(null_fd); }
-  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  close_fds_from(3, -1);
   if (int e = become_tool_process(p); e != 0) {
     return fmt::format("cannot prepare {} to run as uid {}: {}", c.argv[0], p.drop ? p.uid : geteuid(), std::strerror(e));
   }

@@ -328,6 +328,58 @@ TEST(SystemRunner, AToolRunAsTheUserGetsACleanProcessState) {
   expect_user_tool_state(parse_state(res.out), true);
 }
 
+// The runner's child shares the caller's memory until it execs (clone with
+// CLONE_VM): what it changes of itself (credentials, umask, cwd, signal
+// dispositions and mask, limits) must stay its own. Runs from several
+// threads at once as another user, as the prolog does; then every thread of
+// this process is still root with its own state, and each tool started with
+// no signal ignored or blocked.
+TEST(SystemRunner, ToolsRunAsAUserLeaveTheCallersThreadsAsTheyWere) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials";
+  test::TempDir tmp;
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  struct sigaction old_usr2 {};
+  sigaction(SIGUSR2, &ign, &old_usr2);
+  std::vector<CommandResult> results(6);
+  {
+    SlurmdLikeState slurmd(tmp.path());
+    rlimit nofile_before {};
+    getrlimit(RLIMIT_NOFILE, &nofile_before);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < results.size(); ++i) {
+      threads.emplace_back([&, i] {
+        SystemRunner r;
+        Command c;  // no shell between: dash clears its signal mask at start
+        c.argv = {"/bin/grep", "-E", "^(Uid|SigBlk|SigIgn):", "/proc/self/status"};
+        c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+        results[i] = r.run(c);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::string status = test::read_text(entry.path().string() + "/status");
+      EXPECT_NE(status.find("\nUid:\t0\t0\t0\t0\n"), std::string::npos) << entry.path() << ": " << status;
+      EXPECT_NE(status.find("\nGid:\t0\t0\t0\t0\n"), std::string::npos) << entry.path() << ": " << status;
+    }
+    EXPECT_EQ(umask(022), 022) << "the caller's umask changed";
+    EXPECT_EQ(std::filesystem::current_path(), std::filesystem::path(tmp.path())) << "the caller's cwd changed";
+    rlimit nofile_after {};
+    getrlimit(RLIMIT_NOFILE, &nofile_after);
+    EXPECT_EQ(nofile_after.rlim_cur, nofile_before.rlim_cur) << "the caller's fd limit changed";
+  }
+  struct sigaction now {};
+  sigaction(SIGUSR2, &old_usr2, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN) << "the caller's SIGUSR2 disposition changed";
+  sigset_t mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  EXPECT_FALSE(sigismember(&mask, SIGCHLD)) << "the caller's signal mask changed";
+  for (const auto& res : results) {
+    ASSERT_TRUE(res.ok()) << res.describe() << res.err;
+    EXPECT_EQ(res.out, "Uid:\t65534\t65534\t65534\t65534\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+  }
+}
+
 TEST(ExecReplace, DropsAndResetsLikeTheRunnerButKeepsTheTerminalSession) {
   if (!test::is_root()) GTEST_SKIP() << "needs root: credentials, oom_score_adj -1000, raising limits back";
   test::TempDir tmp;
