@@ -151,8 +151,6 @@ read -r de_slope de_icpt de_dev <<<"$(growth prolog per-gpu 0 epilog_ms 1 8 32)"
 read -r dpt_slope _ dpt_dev <<<"$(growth prolog per-gpu tools prolog_ms 1 8 32)"
 # per-daemon prolog cost = tool's own start + unilab-mps's own work + waiting
 # between readiness checks (the rest)
-own_inst=$(minus "$dp_slope" "$(med floor tools 1 0 start_ms)")
-poll_gap=$(minus "$(minus "$dpt_slope" "$(med floor tools 1 tools start_ms)")" "$own_inst")
 read -r rp_slope _ rp_dev <<<"$(growth records per-gpu 0 prolog_ms 1 10 100 1000)"
 read -r re_slope _ re_dev <<<"$(growth records per-gpu 0 epilog_ms 1 10 100 1000)"
 read -r st_slope _ st_dev <<<"$(growth status json 0 status_ms 1 10 100 1000)"
@@ -397,15 +395,19 @@ $(fmt "$(med floor tools 1 0 smi_ms)") ms, \`-d\` until a front end gets an answ
 daemon is gone $(fmt "$(med floor tools 1 0 quit_ms)") ms (slow profile: $(fmt "$(med floor tools 1 tools smi_ms)"), $(fmt "$(med floor tools 1 tools start_ms)"), $(fmt "$(med floor tools 1 tools quit_ms)") ms). The rest of the
 per-daemon prolog time is unilab-mps itself: creating the private directories,
 two atomic record writes (\`starting\`, then \`running\`, each with fsync), running
-the tools as the job's user, polling until the daemon answers (at once, then
-1 ms, doubling up to 32 ms) and checking the pid file against \`/proc\`.
+the tools as the job's user (started with \`clone(CLONE_VM | CLONE_VFORK)\`, as
+\`posix_spawn\` does, not \`fork\`: the prolog's page tables are not copied per tool),
+polling until the daemon answers (at once, then 1 ms, doubling up to 32 ms) and
+checking the pid file against \`/proc\`.
 
-Per daemon, instant tools: $(fmt "$dp_slope") ms = $(fmt "$(med floor tools 1 0 start_ms)") ms the tool's start + $(fmt "$own_inst") ms
-unilab-mps. Slow tools: $(fmt "$dpt_slope") ms = $(fmt "$(med floor tools 1 tools start_ms)") ms the tool's start + the same
-unilab-mps work + $(fmt "$poll_gap") ms waiting between readiness checks: the start loop's
-back-off (at once, then 1, 2, 4, ... 32 ms) first finds a ${META[lat_start_ms]:-200} ms daemon at $(first_check "${META[lat_start_ms]:-200}") ms. The
-daemons of a job start in parallel, so these rows grow with unilab-mps's own
-work per daemon (on 2 shared cores), not with the tools' start-up (section 6).
+The daemons of a job start in parallel (a thread each), so the per-daemon slope
+is not one start's wall time: with instant tools it is what each daemon adds
+of CPU work on 2 shared cores, the fake tools' processes and unilab-mps's own
+($(fmt "$dp_slope") ms per daemon, against $(fmt "$(med floor tools 1 0 start_ms)") ms for one daemon's tools alone, run on
+their own); with slow tools the tools' waiting overlaps as well. A single
+daemon's start waits for its readiness checks: the start loop's back-off (at
+once, then 1, 2, 4, ... 32 ms) first finds a ${META[lat_start_ms]:-200} ms daemon at
+$(first_check "${META[lat_start_ms]:-200}") ms (section 6).
 
 ### A daemon that ignores \`quit\`
 
