@@ -549,6 +549,10 @@ mode) is reported "not-checked" there, never ok. Results land in its output dire
   up to 3x in ms, while the counts, the linear growth and the order of the
   approaches stayed the same). Medians over ${META[reps]:-?} runs; every sample is
   in \`docs/bench-results.csv\`.
+- Between runs on different machines, compare the fake tools' own times
+  (section 3, "The fake tools alone": they measure the machine, not
+  unilab-mps) before comparing any other figure. The goals are stated
+  against the shell scripts measured in the same run for that reason.
 - The fake tools are C++ programs that answer at once ("instant") or after a
   configured sleep ("slow": \`smi_latency_ms\`, \`mps_start_delay_ms\` in
   \`fake.conf\`). A real \`nvidia-smi\` takes tens to hundreds of ms and a real
