@@ -434,8 +434,11 @@ CommandResult SystemRunner::run(const Command& c) {
   size_t written = 0;
   if (c.stdin_data.empty()) { close(in[1]); in[1] = -1; }
   // The exec-status pipe: 4 bytes (errno) when the exec failed, EOF once it
-  // succeeded. Read in the same bounded loop: an exec on a hung filesystem
-  // blocks in the kernel like anything else.
+  // succeeded. spawn_child has returned, so the exec is already over: the
+  // child either runs the tool or has written why not. (What the timeout
+  // cannot bound is a program path on a hung filesystem: the access() in
+  // prepare() and the exec itself wait in the kernel; Slurm's
+  // PrologEpilogTimeout bounds the prolog then.)
   int exec_errno = 0;
   bool exec_failed = false;
   auto read_status = [&] {
