@@ -6,7 +6,6 @@
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -289,20 +288,19 @@ UNILAB_CHILD_CODE int child_main(void* arg) { child_exec(*static_cast<const Chil
 // with several threads (the prolog starts a node's daemons at once, each
 // thread running tools) and every page either side then writes costs a
 // copy and a TLB shoot-down: most of a tool start's cost here. This thread
-// waits until the child has exec'd or died; the child runs on its own
-// stack with every signal blocked, so no handler of ours runs in it.
-pid_t spawn_child(const ChildArgs& args) {
-  constexpr size_t kChildStack = 256 * 1024;
-  void* stack = mmap(nullptr, kChildStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) return -1;
+// waits until the child has exec'd or died, so the child's stack is a
+// buffer on this thread's own (as musl's posix_spawn does): nothing is
+// allocated, which a caller at its address-space limit (RLIMIT_AS) could
+// not do. Every signal is blocked across the clone, so no handler of ours
+// runs in the child.
+UNILAB_CHILD_CODE pid_t spawn_child(const ChildArgs& args) {
+  alignas(64) char stack[64 * 1024];
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = clone(child_main, static_cast<char*>(stack) + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                    const_cast<ChildArgs*>(&args));
+  pid_t pid = clone(child_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<ChildArgs*>(&args));
   const int e = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  munmap(stack, kChildStack);
   errno = e;
   return pid;
 }
