@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <latch>
 #include <map>
 #include <thread>
 
@@ -342,32 +343,46 @@ TEST(SystemRunner, ToolsRunAsAUserLeaveTheCallersThreadsAsTheyWere) {
   struct sigaction old_usr2 {};
   sigaction(SIGUSR2, &ign, &old_usr2);
   std::vector<CommandResult> results(6);
+  // Every thread exists before the slurmd-like state (its address-space
+  // limit leaves a sanitizer no room to set up a thread) and is still alive
+  // when /proc/self/task is read: the runners and one that runs nothing.
+  std::latch start(1), ran(static_cast<std::ptrdiff_t>(results.size())), end(1);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] {
+      start.wait();
+      SystemRunner r;
+      Command c;  // no shell between: dash clears its signal mask at start
+      c.argv = {"/bin/grep", "-E", "^(Uid|SigBlk|SigIgn):", "/proc/self/status"};
+      c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+      results[i] = r.run(c);
+      ran.count_down();
+      end.wait();
+    });
+  }
+  threads.emplace_back([&] { end.wait(); });
   {
     SlurmdLikeState slurmd(tmp.path());
     rlimit nofile_before {};
     getrlimit(RLIMIT_NOFILE, &nofile_before);
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < results.size(); ++i) {
-      threads.emplace_back([&, i] {
-        SystemRunner r;
-        Command c;  // no shell between: dash clears its signal mask at start
-        c.argv = {"/bin/grep", "-E", "^(Uid|SigBlk|SigIgn):", "/proc/self/status"};
-        c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
-        results[i] = r.run(c);
-      });
-    }
-    for (auto& t : threads) t.join();
+    start.count_down();
+    ran.wait();
+    size_t tasks = 0;
     for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+      ++tasks;
       std::string status = test::read_text(entry.path().string() + "/status");
       EXPECT_NE(status.find("\nUid:\t0\t0\t0\t0\n"), std::string::npos) << entry.path() << ": " << status;
       EXPECT_NE(status.find("\nGid:\t0\t0\t0\t0\n"), std::string::npos) << entry.path() << ": " << status;
     }
+    EXPECT_GE(tasks, threads.size() + 1);
     EXPECT_EQ(umask(022), 022) << "the caller's umask changed";
     EXPECT_EQ(std::filesystem::current_path(), std::filesystem::path(tmp.path())) << "the caller's cwd changed";
     rlimit nofile_after {};
     getrlimit(RLIMIT_NOFILE, &nofile_after);
     EXPECT_EQ(nofile_after.rlim_cur, nofile_before.rlim_cur) << "the caller's fd limit changed";
   }
+  end.count_down();
+  for (auto& t : threads) t.join();
   struct sigaction now {};
   sigaction(SIGUSR2, &old_usr2, &now);
   EXPECT_EQ(now.sa_handler, SIG_IGN) << "the caller's SIGUSR2 disposition changed";
