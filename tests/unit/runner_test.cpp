@@ -257,6 +257,16 @@ ToolState parse_state(const std::string& out) {
 const char* kStateScript = "umask; pwd; cat /proc/self/oom_score_adj; echo $$; cat /proc/self/limits; "
                            "echo STAT $(cat /proc/$$/stat)";
 
+// VmSize of this process, in bytes.
+rlim_t mapped_bytes() {
+  std::istringstream in(test::read_text("/proc/self/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  }
+  return 0;
+}
+
 // Gives this process slurmd-like state for a scope: oom_score_adj -1000,
 // a small fd limit, unlimited core and stack, umask 022, a cwd elsewhere.
 class SlurmdLikeState {
@@ -272,7 +282,10 @@ class SlurmdLikeState {
     l = {RLIM_INFINITY, RLIM_INFINITY};
     setrlimit(RLIMIT_CORE, &l);
     setrlimit(RLIMIT_STACK, &l);
-    l = {64ull << 30, old_[RLIMIT_AS].rlim_max};
+    // A finite address-space limit with 64 GiB to spare over what this
+    // process maps now (under ASan that is terabytes of shadow reserve:
+    // a flat 64 GiB would leave its runtime no room for any mapping).
+    l = {mapped_bytes() + (64ull << 30), old_[RLIMIT_AS].rlim_max};
     setrlimit(RLIMIT_AS, &l);
     old_umask_ = umask(022);
     old_cwd_ = std::filesystem::current_path();
