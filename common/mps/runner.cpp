@@ -248,12 +248,11 @@ UNILAB_CHILD_CODE void close_fd_range(int lo, int hi) {
 
 // Closes every fd from `from` up, but `keep` (-1: none kept).
 UNILAB_CHILD_CODE void close_fds_from(int from, int keep) {
-  if (keep < from) {
-    close_fd_range(from, std::numeric_limits<int>::max());
-    return;
+  if (keep >= from) {
+    close_fd_range(from, keep - 1);
+    from = keep + 1;
   }
-  close_fd_range(from, keep - 1);
-  close_fd_range(keep + 1, std::numeric_limits<int>::max());
+  close_fd_range(from, std::numeric_limits<int>::max());
 }
 
 // Runs in the child between clone and exec, in the parent's memory with all

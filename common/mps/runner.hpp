@@ -16,7 +16,7 @@
 namespace unilab::mps {
 
 // Who a child runs as. With `uid` set and the caller root, the child calls
-// setgroups(supplementary groups of the user), setgid, setuid before exec.
+// setgroups(supplementary groups of the user), setresgid, setresuid before exec.
 struct Credentials {
   uid_t uid = 0;
   gid_t gid = 0;
