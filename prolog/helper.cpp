@@ -4,12 +4,10 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
+#include "common/mps/safefs.hpp"
 #include "common/slurm/job.hpp"
-#include "common/slurm/job_logs.hpp"
-#include "common/mps/safefs.hpp"
-#include "common/mps/errors.hpp"
 #include "common/slurm/job_hook.hpp"
-#include "common/mps/safefs.hpp"
+#include "common/slurm/job_logs.hpp"
 #include "common/slurm/slurm_config.hpp"
 
 namespace unilab::mps::helper {

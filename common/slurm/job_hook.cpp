@@ -1,6 +1,10 @@
 #include "common/slurm/job_hook.hpp"
 
+#include <grp.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <exception>
 #include <optional>
@@ -76,12 +80,52 @@ bool epilog_for(const PluginConfig& cfg, const JobContext& job, const Getenv& en
   return out.ok();
 }
 
+// Takes root's ids back (take_root_identity) and logs what it restored;
+// false, with the error logged, when the process is not root's.
+bool as_root(const std::string& job_id, const char* hook, bool fails, const HookLog& log, const char* on_error) {
+  try {
+    if (std::string note = take_root_identity(); !note.empty()) log.info(fmt::format("job {} {}: {}", job_id, hook, note));
+    return true;
+  } catch (const std::exception& e) {
+    log.error(fmt::format("job {} {}{}: {}{}", job_id, hook, fails ? " failed" : "", e.what(), on_error));
+    return false;
+  }
+}
+
 }  // namespace
+
+std::string take_root_identity() {
+  uid_t ruid = 0, euid = 0, suid = 0;
+  gid_t rgid = 0, egid = 0, sgid = 0;
+  if (getresuid(&ruid, &euid, &suid) != 0 || getresgid(&rgid, &egid, &sgid) != 0) {
+    throw CudaMpsError(fmt::format("cannot read this process's ids: {}", std::strerror(errno)));
+  }
+  if (ruid != 0) {
+    throw CudaMpsError(fmt::format(
+        "runs as uid {} (gid {}), not root, so it cannot act on what root wrote. With PrologFlags=RunInJob, Slurm "
+        "24.11.0 to 25.11.3 can start the Prolog=/Epilog= as the job's user: the extern step forks it while its x11 "
+        "cleanup has dropped privileges (fixed in 25.11.4)",
+        ruid, rgid));
+  }
+  if (euid == 0 && suid == 0 && rgid == 0 && egid == 0 && sgid == 0) return "";
+  // Effective root first: only it may set the groups and the gids.
+  if (setresuid(-1, 0, -1) != 0 || setgroups(0, nullptr) != 0 || setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0) {
+    throw CudaMpsError(fmt::format("started with uid {}/{} and gid {}/{} (real/effective) and cannot take root's ids "
+                                   "back: {}",
+                                   ruid, euid, rgid, egid, std::strerror(errno)));
+  }
+  return fmt::format(
+      "started with uid {}/{} and gid {}/{} (real/effective) and the job user's groups, as Slurm's extern step "
+      "forks it while its x11 cleanup has dropped privileges (a Slurm race, fixed in 25.11.4); took root's ids back "
+      "before acting",
+      ruid, euid, rgid, egid);
+}
 
 bool run_prolog_hook(const Getenv& env, const HookArguments& args, const HookLog& log) {
   // Jobs that did not ask: no subprocess, no file, nothing parsed further.
   if (!asked_for_mps(env)) return true;
   const std::string job_id = env("SLURM_JOB_ID").value_or("?");
+  if (!as_root(job_id, "prolog", true, log, "")) return false;
   PluginConfig cfg;
   JobContext job;
   std::optional<JobRequest> req;
@@ -99,6 +143,14 @@ bool run_prolog_hook(const Getenv& env, const HookArguments& args, const HookLog
 bool run_epilog_hook(const Getenv& env, const HookArguments& args, const HookLog& log) {
   const bool asked = asked_for_mps(env);
   const std::string job_id = env("SLURM_JOB_ID").value_or("?");
+  // As a configuration error (header): a job that did not ask is not failed.
+  if (!as_root(job_id, "epilog", asked, log,
+               asked ? "; the job's daemons were not stopped: as root, run unilab-mps-epilog again with the job's "
+                       "SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_GID and SLURMD_NODENAME (docs/ADMIN.md, section 6), then "
+                       "resume the node"
+                     : " (the job did not ask for MPS: not failing it)")) {
+    return !asked;
+  }
   try {
     PluginConfig cfg = parse_plugin_args(args());
     JobContext job = job_context_from_env(env);

@@ -114,13 +114,24 @@ Result check_prolog_flags(const NodeFacts& f) {
                                    "invalid'; use PrologFlags=Contain there",
                                    flags, f.slurm_version->to_string())};
   }
-  if (has_item(items, "runinjob") && f.slurm_version && !has_run_in_job_multinode_gres_fix(*f.slurm_version)) {
-    return CheckResult{CheckStatus::kWarn,
-                       fmt::format("PrologFlags={} on Slurm {}: the prolog on a job's second and later nodes gets another "
-                                   "node's GPUs, or none (a Slurm bug fixed in 25.11.0: 'Fix segfault with multi-node gres with "
-                                   "PrologFlags=RunInJob'), so multi-node --unilab-mps jobs fail there; upgrade to 25.11, or on "
-                                   "cgroup v1 use PrologFlags=Contain",
-                                   flags, f.slurm_version->to_string())};
+  if (has_item(items, "runinjob") && f.slurm_version) {
+    std::vector<std::string> bugs;
+    if (!has_run_in_job_multinode_gres_fix(*f.slurm_version)) {
+      bugs.push_back(
+          "the prolog on a job's second and later nodes gets another node's GPUs, or none (a Slurm bug fixed in 25.11.0: "
+          "'Fix segfault with multi-node gres with PrologFlags=RunInJob'), so multi-node --unilab-mps jobs fail there");
+    }
+    if (has_run_in_job_user_epilog_race(*f.slurm_version)) {
+      bugs.push_back(
+          "the extern step can start the Epilog as the job's user (its x11 cleanup races the fork; fixed in 25.11.4), and "
+          "unilab-mps-epilog then fails closed and the node drains until it is rerun as root (docs/ADMIN.md, section 6)");
+    }
+    if (!bugs.empty()) {
+      return CheckResult{CheckStatus::kWarn,
+                         fmt::format("PrologFlags={} on Slurm {}: {}; upgrade to 25.11.4, or on cgroup v1 use "
+                                     "PrologFlags=Contain",
+                                     flags, f.slurm_version->to_string(), join(bugs, "; and "))};
+    }
   }
   const bool alloc = has_item(items, "alloc") || has_item(items, "contain") || has_item(items, "runinjob") || has_item(items, "x11");
   if (alloc) return CheckResult{CheckStatus::kOk, fmt::format("PrologFlags={}: daemons start on every node at allocation", flags)};

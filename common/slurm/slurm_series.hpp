@@ -36,6 +36,13 @@ bool has_run_in_job(const SlurmVersion& v);
 // PrologFlags=RunInJob", fixed in 25.11.0.
 bool has_run_in_job_multinode_gres_fix(const SlurmVersion& v);
 
+// With RunInJob, 24.11.0 to 25.11.3 can start the Epilog= (and the
+// Prolog= of an x11 job) as the job's user: the extern step runs its x11
+// cleanup, which drops privileges process-wide, for every job while it
+// forks the epilog (read at the release tags; 24.05 runs it for x11 jobs
+// only, 25.11.4 again). docs/DESIGN.md, "Slurm series".
+bool has_run_in_job_user_epilog_race(const SlurmVersion& v);
+
 // CgroupPlugin=cgroup/v2: added in 22.05 (21.08 knew only cgroup/v1 and
 // autodetect). CgroupPlugin=disabled: added in 24.05.
 bool has_cgroup_v2_plugin(const SlurmVersion& v);

@@ -680,8 +680,9 @@ cluster_up() {
     CLUSTER_NODE_NAMES=${CLUSTER_NODE_NAMES% }
     export CLUSTER_NODE_NAMES
     # Remember what this dir needs to be torn down without our shell variables.
-    printf 'CLUSTER_MODE=%s\nCLUSTER_NODES=%s\nCLUSTER_PORT_BASE=%s\nCLUSTER_CONFIGLESS=%s\n' \
-        "${CLUSTER_MODE:-plain}" "$nnodes" "${CLUSTER_PORT_BASE:-16817}" "${CLUSTER_CONFIGLESS:-0}" >"$CLUSTER_DIR/state/params"
+    printf 'CLUSTER_MODE=%s\nCLUSTER_NODES=%s\nCLUSTER_PORT_BASE=%s\nCLUSTER_CONFIGLESS=%s\nCLUSTER_PROLOG_HELPERS=%s\n' \
+        "${CLUSTER_MODE:-plain}" "$nnodes" "${CLUSTER_PORT_BASE:-16817}" "${CLUSTER_CONFIGLESS:-0}" \
+        "${CLUSTER_PROLOG_HELPERS:-}" >"$CLUSTER_DIR/state/params"
     _ue2e_make_gpus || return 1
     _ue2e_write_config || return 1
     _ue2e_register || return 1
@@ -699,6 +700,10 @@ cluster_up() {
 cluster_down() {
     local dir=${CLUSTER_DIR:-} rc=0
     [[ -n $dir && -e $dir/$_UE2E_MARKER ]] || return 0
+    if [[ -s $dir/log/user-epilogs.log ]]; then
+        _ue2e_log "Slurm started unilab-mps-epilog as the job's user $(wc -l <"$dir/log/user-epilogs.log") time(s) (RunInJob x11 race); each was finished as root:"
+        sed 's/^/[cluster]   /' "$dir/log/user-epilogs.log" >&2
+    fi
     _ue2e_stop_dir "$dir" || rc=1
     _ue2e_cgroup_cleanup "$dir"
     local reg regdir _rest base
@@ -837,7 +842,8 @@ wait_job_gone() {
         PURGED | COMPLETED | CANCELLED | FAILED | TIMEOUT | NODE_FAIL | PREEMPTED | BOOT_FAIL | DEADLINE | OUT_OF_MEMORY)
             if [[ -z $(squeue -h -j "$job" 2>/dev/null) &&
                 $(sinfo -h -N -o '%T' 2>/dev/null) != *completing* ]]; then
-                return 0
+                [[ ${CLUSTER_FINISH_USER_EPILOGS:-1} == 0 ]] || cluster_finish_user_epilog "$job"
+                return
             fi
             ;;
         esac
@@ -850,6 +856,42 @@ wait_job_gone() {
         fi
         sleep 0.3
     done
+}
+
+# Slurm 24.11.0 to 25.11.3 with RunInJob can start the Epilog= entirely as the
+# job's user: its extern step forks it while its x11 cleanup has dropped
+# privileges (fixed in 25.11.4; docs/DESIGN.md). unilab-mps-epilog then acts
+# on nothing, fails with "runs as uid U (gid G), not root" and the node
+# drains. Finish such an epilog as docs/ADMIN.md section 6 tells an admin:
+# run unilab-mps-epilog again as root with the job's variables, then resume
+# the node. wait_job_gone calls this (CLUSTER_FINISH_USER_EPILOGS=0: not).
+# Each time is logged to $CLUSTER_DIR/log/user-epilogs.log, which
+# cluster_down prints; a rerun that fails leaves the node drained.
+cluster_finish_user_epilog() {
+    local job=$1 log node line uid gid rc helpers done_list=$CLUSTER_DIR/log/user-epilogs.log
+    helpers=$(sed -n 's/^CLUSTER_PROLOG_HELPERS=//p' "$CLUSTER_DIR/state/params" 2>/dev/null)
+    [[ -n $helpers ]] || return 0
+    for log in "$CLUSTER_DIR"/log/slurmd-*.log; do
+        line=$(grep -o "unilab-mps-epilog: job $job epilog failed: runs as uid [0-9]* (gid [0-9]*), not root" "$log" 2>/dev/null | tail -n1)
+        [[ $line =~ uid\ ([0-9]+)\ \(gid\ ([0-9]+)\) ]] || continue
+        uid=${BASH_REMATCH[1]} gid=${BASH_REMATCH[2]}
+        node=${log##*/slurmd-} node=${node%.log}
+        grep -q "^job $job on $node:" "$done_list" 2>/dev/null && continue
+        env -i SLURM_JOB_ID="$job" SLURM_JOB_UID="$uid" SLURM_JOB_GID="$gid" SLURMD_NODENAME="$node" \
+            SLURM_CONF="$SLURM_CONF" "$helpers/unilab-mps-epilog" --config "$CLUSTER_DIR/etc/unilab-mps.args" \
+            >>"$done_list.out" 2>&1
+        rc=$?
+        printf 'job %s on %s: Slurm ran unilab-mps-epilog as uid %s, which failed closed (node %s); rerun as root: exit %s\n' \
+            "$job" "$node" "$uid" "$(sinfo -h -n "$node" -o %T 2>/dev/null)" "$rc" >>"$done_list"
+        _ue2e_log "$(tail -n1 "$done_list")"
+        ((rc == 0)) && { node_resume "$node" || return 1; }
+    done
+    return 0
+}
+
+# The user-run epilogs cluster_finish_user_epilog finished, one line each.
+cluster_user_epilogs() {
+    cat "${CLUSTER_DIR:?no cluster}/log/user-epilogs.log" 2>/dev/null
 }
 
 # Print the path of NODE's slurmd log (default n1).

@@ -272,6 +272,33 @@ cgroup_runinjob_part() {
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   expect_tree_gone "$spid"
   case_end "daemon and server gone after scancel"
+
+  case_begin contain.v1-runinjob-user-epilog "an Epilog Slurm starts as the job's user (its RunInJob x11 race, made certain here) acts on nothing and fails closed naming the race and the fix; the rerun as root that docs/ADMIN.md gives leaves nothing"
+  local wrapper=$CLUSTER_DIR/etc/unilab-mps-epilog.sh msg
+  cp "$wrapper" "$wrapper.orig"
+  # Every id the user's, as Slurm's run_command leaves them when it forks
+  # while the extern step's x11 cleanup has dropped privileges.
+  # (Slurm's own race may already have done it: then there is nothing to drop.)
+  # The ids it started with go to its output, which slurmd logs on failure.
+  sed -i 's|^exec |grep -E "^(Uid\|Gid\|Groups\|CapEff)" /proc/$$/status >\&2\n[ "$(id -u)" = 0 ] \&\& set -- setpriv --reuid="$SLURM_JOB_UID" --regid="$SLURM_JOB_GID" --groups="$SLURM_JOB_GID" --\nexec "$@" |' "$wrapper"
+  submit "$(client_cmd 30)"
+  record_or_end_part || return
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  spid=$(children_of "$DPID" | head -n1)
+  as_user unimps1 scancel "$JOB"
+  CLUSTER_FINISH_USER_EPILOGS=0 wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  mv "$wrapper.orig" "$wrapper"
+  msg=$(grep -o "unilab-mps-epilog: job $JOB epilog failed: .*" "$(slurmd_log)" | head -n1)
+  expect_contains "the epilog says it runs as the user, not root" "$msg" "job $JOB epilog failed: runs as uid $U1 (gid $G1), not root"
+  expect_contains "... names the Slurm race" "$msg" "With PrologFlags=RunInJob, Slurm 24.11.0 to 25.11.3 can start the Prolog=/Epilog= as the job's user"
+  expect_contains "... and what to run" "$msg" "as root, run unilab-mps-epilog again with the job's SLURM_JOB_ID"
+  expect_contains "the node drains" "$(sinfo -h -n n1 -o %T)" "drain"
+  check "the record is kept" test -f "$REC"
+  cluster_finish_user_epilog "$JOB" || fail "the rerun as root and the resume"
+  expect_contains "the rerun as root exits 0" "$(cluster_user_epilogs)" "job $JOB on n1: Slurm ran unilab-mps-epilog as uid $U1, which failed closed (node drained); rerun as root: exit 0"
+  expect_tree_gone "$spid"
+  expect_eq "n1 is idle again" idle "$(sinfo -h -n n1 -o %T)"
+  case_end "${msg:0:120}..."
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 }
 
@@ -473,7 +500,7 @@ for part in "${parts[@]}"; do
     helpers) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 8)); helpers_part ;;
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 6)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_part ;;
-    cgroup-runinjob) MIN_CASES=$((MIN_CASES + 2)) MIN_CHECKS=$((MIN_CHECKS + 7)); cgroup_runinjob_part ;;
+    cgroup-runinjob) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 18)); cgroup_runinjob_part ;;
     cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 9)); cgroup2_part ;;
     *) fail "unknown part $part" ;;
   esac

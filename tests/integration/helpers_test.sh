@@ -9,7 +9,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-MIN_CHECKS=30
+MIN_CHECKS=45
 if [ "$(id -u)" -ne 0 ]; then
   skip "helpers" "needs root (mknod GPU device files, a root-owned state dir)"
   echo "0 passed, 0 failed, $SKIP skipped"
@@ -38,14 +38,15 @@ printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=%s/dev/nvidia0\nNodeName=n1 Na
 ARGS=("state_dir=$work/state" "run_dir=$work/run" "nvidia_smi=$FAKES/nvidia-smi"
       "mps_control=$FAKES/nvidia-cuda-mps-control" "gres_conf=$work/etc/gres.conf" "start_timeout=3" "stop_timeout=2")
 OPT=SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps
+AS=()  # a command the helper runs under (setpriv below)
 helper() { # helper prolog|epilog JOB UID GID [VAR=value...]: sets OUT and RC
-  OUT=$(env -i SLURM_JOB_ID="$2" SLURM_JOB_UID="$3" SLURM_JOB_GID="$4" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
+  OUT=$("${AS[@]}" env -i SLURM_JOB_ID="$2" SLURM_JOB_UID="$3" SLURM_JOB_GID="$4" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
     SLURM_CONF="$work/etc/slurm.conf" "$OPT=(null)" "${@:5}" "$BIN/unilab-mps-$1" "${ARGS[@]}" 2>&1)
   RC=$?
 }
 records_of() { ls -A "$work/state" 2>/dev/null | grep -c "^job$1\."; }
 plain() { # plain prolog|epilog JOB UID GID [ARG...]: a job that did not ask for MPS; sets OUT and RC
-  OUT=$(env -i SLURM_JOB_ID="$2" SLURM_JOB_UID="$3" SLURM_JOB_GID="$4" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
+  OUT=$("${AS[@]}" env -i SLURM_JOB_ID="$2" SLURM_JOB_UID="$3" SLURM_JOB_GID="$4" SLURM_JOB_GPUS=0 SLURMD_NODENAME=n1 \
     SLURM_CONF="$work/etc/slurm.conf" "$BIN/unilab-mps-$1" "${@:5}" 2>&1)
   RC=$?
 }
@@ -62,6 +63,37 @@ expect_eq "epilog that stopped the job's daemon exits 0" 0 "$RC"
 expect_contains "epilog says how the daemon ended" "$OUT" "daemon job11.n1.gpu0 (pid $dpid): quit"
 check_gone "the job's daemon is gone" "$dpid"
 expect_eq "no record of job 11 is left" 0 "$(records_of 11)"
+
+echo "== started with the job user's ids, as Slurm's extern step can (x11 cleanup racing the fork)"
+# Slurm 24.11.0 to 25.11.3, RunInJob: the Prolog=/Epilog= can start with uid 0 and
+# the user's gid and groups, or entirely as the user (run_command copies the
+# effective ids it forked with into the real ones).
+AS=(setpriv "--regid=$G1" "--groups=$G1" --)
+helper prolog 21 "$U1" "$G1"
+expect_eq "uid 0, the user's gid: prolog exits 0" 0 "$RC"
+expect_contains "prolog says it took root's ids back" "$OUT" "job 21 prolog: started with uid 0/0 and gid $G1/$G1 (real/effective)"
+expect_eq "the record is root's" "0:0" "$(stat -c %u:%g "$work/state/job21.n1.gpu0.json" 2>&1)"
+dpid=$(mps_daemons_under "$work/run/job21." | head -n1)
+check "the job's daemon runs" proc_running "${dpid:-0}"
+AS=(setpriv "--reuid=$U1" "--regid=$G1" "--groups=$G1" --)
+helper epilog 21 "$U1" "$G1"
+expect_eq "entirely the user: epilog fails (the node drains)" 1 "$RC"
+expect_contains "epilog says it is not root and how to finish by hand" "$OUT" \
+  "job 21 epilog failed: runs as uid $U1 (gid $G1), not root"
+expect_contains "... naming what to run" "$OUT" "as root, run unilab-mps-epilog again with the job's SLURM_JOB_ID"
+check "it acted on nothing: the daemon runs" proc_running "${dpid:-0}"
+expect_eq "... and its record is kept" 1 "$(records_of 21)"
+plain epilog 21 "$U1" "$G1"
+expect_eq "entirely the user, a job that did not ask: epilog exits 0" 0 "$RC"
+expect_contains "... and says why it did nothing" "$OUT" "(the job did not ask for MPS: not failing it)"
+AS=(setpriv "--regid=$G1" "--groups=$G1" --)
+helper epilog 21 "$U1" "$G1"
+AS=()
+expect_eq "run again with uid 0 (and the user's gid): epilog exits 0" 0 "$RC"
+expect_contains "epilog says it took root's ids back" "$OUT" "job 21 epilog: started with uid 0/0 and gid $G1/$G1"
+check_gone "the job's daemon is gone" "$dpid"
+expect_eq "no record of job 21 is left" 0 "$(records_of 21)"
+expect_eq "no dir or mount of job 21 is left" "" "$(ls -A "$work/run" | grep '^job21\.'; grep " $work/run/job21" /proc/self/mounts)"
 
 echo "== failures: non-zero exit"
 printf 'mps_fail_start=1\n' >"$FAKES/fake.conf"
@@ -139,6 +171,6 @@ else
   check "its record is kept for the admin" test -e "$rec"
   check "kthreadd is unharmed (kernel threads ignore signals)" proc_running 2
   rm -f "$rec"
-  rm -rf "$work/run/job13.n1.gpu0"
+  umount -l "$work/run/job13.n1.gpu0" 2>/dev/null; rm -rf "$work/run/job13.n1.gpu0"
 fi
 finish

@@ -390,9 +390,28 @@ TEST(SlurmSeriesChecksTest, PrologFlagsRunInJob) {
   r = run_check("prolog-flags", f);
   EXPECT_EQ(r.status, CheckStatus::kWarn);
   EXPECT_TRUE(has(r, "multi-node --unilab-mps jobs fail there")) << r.detail;
-  f = on_series("slurm 25.11.0");
+  EXPECT_TRUE(has(r, "; and the extern step can start the Epilog as the job's user")) << r.detail;
+  // 24.05: the multi-node bug only (its x11 cleanup runs for x11 jobs only).
+  f = on_series("slurm 24.05.8");
   f.conf.values["prologflags"] = "RunInJob";
-  EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
+  r = run_check("prolog-flags", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "multi-node --unilab-mps jobs fail there")) << r.detail;
+  EXPECT_FALSE(has(r, "as the job's user")) << r.detail;
+  // 25.11.0 to 25.11.3: the user-epilog race only.
+  for (const char* v : {"slurm 25.11.0", "slurm 25.11.3"}) {
+    f = on_series(v);
+    f.conf.values["prologflags"] = "RunInJob";
+    r = run_check("prolog-flags", f);
+    EXPECT_EQ(r.status, CheckStatus::kWarn) << v;
+    EXPECT_TRUE(has(r, "can start the Epilog as the job's user (its x11 cleanup races the fork; fixed in 25.11.4)")) << r.detail;
+    EXPECT_FALSE(has(r, "multi-node")) << r.detail;
+  }
+  for (const char* v : {"slurm 25.11.4", "slurm 26.05.0"}) {
+    f = on_series(v);
+    f.conf.values["prologflags"] = "RunInJob";
+    EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk) << v;
+  }
   f.slurm_version.reset();  // unknown release: no guess
   EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
 }
