@@ -114,6 +114,11 @@ expect_tree_gone() {
   expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
   expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
 }
+# "; ..." when the harness had to finish JOB's epilog as root because Slurm
+# started it as the job's user (cluster.sh, cluster_finish_user_epilog).
+user_epilog_note() {
+  cluster_user_epilogs | grep -q "^job $JOB on " && printf '; Slurm started its epilog as the user, which failed closed; finished as root'
+}
 record_running() { [ -f "$1" ] && grep -q '"state": "running"' "$1"; }
 has_child() { [ -n "$(children_of "$1")" ]; }
 
@@ -220,7 +225,7 @@ cgroup_part() {
   as_user unimps1 scancel "$JOB"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   expect_tree_gone "$spid"
-  case_end "daemon and server gone after scancel"
+  case_end "daemon and server gone after scancel$(user_epilog_note)"
 
   case_begin contain.reaped-stubborn "a daemon that ignores quit and leaves its servers on SIGTERM still leaves nothing"
   fake_conf mps_ignore_quit=1 mps_orphan_servers_on_term=1
@@ -271,7 +276,7 @@ cgroup_runinjob_part() {
   as_user unimps1 scancel "$JOB"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   expect_tree_gone "$spid"
-  case_end "daemon and server gone after scancel"
+  case_end "daemon and server gone after scancel$(user_epilog_note)"
 
   case_begin contain.v1-runinjob-user-epilog "an Epilog Slurm starts as the job's user (its RunInJob x11 race, made certain here) acts on nothing and fails closed naming the race and the fix; the rerun as root that docs/ADMIN.md gives leaves nothing"
   local wrapper=$CLUSTER_DIR/etc/unilab-mps-epilog.sh msg
@@ -333,7 +338,7 @@ cgroup2_part() {
   as_user unimps1 scancel "$JOB"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   expect_tree_gone "$spid"
-  case_end "daemon and server gone after scancel"
+  case_end "daemon and server gone after scancel$(user_epilog_note)"
 
   case_begin contain.v2-doctor "cgroup v2, RunInJob: doctor --node passes with the Prolog=/Epilog= helpers and fails without Epilog="
   local out rc
