@@ -115,9 +115,8 @@ std::string take_root_identity() {
                                    ruid, euid, rgid, egid, std::strerror(errno)));
   }
   return fmt::format(
-      "started with uid {}/{} and gid {}/{} (real/effective) and the job user's groups, as Slurm's extern step "
-      "forks it while its x11 cleanup has dropped privileges (a Slurm race, fixed in 25.11.4); took root's ids back "
-      "before acting",
+      "started with uid {}/{} and gid {}/{} (real/effective), as Slurm's extern step starts it when its x11 cleanup "
+      "races the fork (fixed in 25.11.4); took root's ids back before acting",
       ruid, euid, rgid, egid);
 }
 

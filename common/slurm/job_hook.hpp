@@ -34,12 +34,11 @@ struct HookLog {
 using HookArguments = std::function<std::vector<std::string>()>;
 
 // Both return true on success; false means the front end reports failure
-// (SPANK: a negative value; helpers: exit code 1).
-// Both hooks first check that the process is root's (take_root_identity),
-// logging what they restored; when it is not, the prolog fails and the
-// epilog fails for a job that asked (naming how to finish it by hand) and
-// logs and succeeds for one that did not. The prolog of a job that did not
-// ask does none of this.
+// (SPANK: a negative value; helpers: exit code 1). Both first make sure the
+// process is root's (take_root_identity), logging what they restored; when
+// it is not, the prolog fails, and the epilog fails for a job that asked
+// (naming how to finish it by hand) and logs and succeeds for one that did
+// not. The prolog of a job that did not ask does none of this.
 bool run_prolog_hook(const Getenv& env, const HookArguments& args, const HookLog& log);
 bool run_epilog_hook(const Getenv& env, const HookArguments& args, const HookLog& log);
 

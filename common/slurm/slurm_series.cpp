@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -42,7 +43,8 @@ std::optional<SlurmVersion> parse_slurm_version(std::string_view output) {
 bool has_run_in_job(const SlurmVersion& v) { return v.at_least(kRunInJobMajor, kRunInJobMinor); }
 bool has_run_in_job_multinode_gres_fix(const SlurmVersion& v) { return v.at_least(25, 11); }
 bool has_run_in_job_user_epilog_race(const SlurmVersion& v) {
-  return v.at_least(24, 11) && !(v.at_least(25, 11) && (v.major > 25 || v.minor > 11 || v.micro >= 4));
+  const auto release = std::tie(v.major, v.minor, v.micro);
+  return release >= std::tuple(24, 11, 0) && release < std::tuple(25, 11, 4);
 }
 bool has_cgroup_v2_plugin(const SlurmVersion& v) { return v.at_least(22, 5); }
 bool has_cgroup_plugin_disabled(const SlurmVersion& v) { return v.at_least(24, 5); }
