@@ -55,7 +55,7 @@ bool run_epilog_hook(const Getenv& env, const HookArguments& args, const HookLog
 // Real uid 0: sets every uid and gid to 0 and empties the supplementary
 // groups when any id differs from 0, returning one line saying what it
 // restored ("" when nothing differed; groups alone are left, as the extern
-// step keeps the user's after its cleanup and root needs none). Any other
+// step can keep the user's after its cleanup and root needs none). Any other
 // real uid (the job's user, or a user running a helper by hand, even one
 // made set-uid): throws CudaMpsError naming the uid and the Slurm race, and
 // changes nothing.
