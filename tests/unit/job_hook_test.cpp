@@ -135,7 +135,10 @@ int in_child(const std::function<int()>& body) {
 // into real ones), and one it never does (real uid 0, effective the user's).
 enum class Start { kUserGid, kUserEffective, kUser, kSetUidRoot };
 
-bool start_as(Start how, uid_t uid, gid_t gid) {
+// The user is test::kOtherUid/kOtherGid, with one more group.
+bool start_as(Start how) {
+  const uid_t uid = test::kOtherUid;
+  const gid_t gid = test::kOtherGid;
   const std::array<gid_t, 2> groups{gid, 100};
   if (setgroups(groups.size(), groups.data()) != 0) return false;
   switch (how) {
@@ -146,6 +149,9 @@ bool start_as(Start how, uid_t uid, gid_t gid) {
   }
   return false;
 }
+
+const std::string kUid = std::to_string(test::kOtherUid);
+const std::string kGid = std::to_string(test::kOtherGid);
 
 bool all_ids_are_root() {
   uid_t r = 1, e = 1, s = 1;
@@ -164,14 +170,14 @@ TEST(TakeRootIdentity, AnEpilogStartedWithTheUsersGidOrEffectiveIdsTakesRootBack
     ASSERT_EQ(close(open(written.c_str(), O_CREAT | O_WRONLY, 0644)), 0);
     const bool effective = how == Start::kUserEffective;
     int code = in_child([&] {
-      if (!start_as(how, 65534, 65534)) return 1;
+      if (!start_as(how)) return 1;
       if (effective && (unlink(written.c_str()) == 0 || errno != EACCES)) return 2;  // the CI failure's state
       Hook h;
       h.vars[kOpt] = "(null)";
       h.args = {"state_dir=" + state, "run_dir=" + tmp / "run", "contain=off"};
       if (!h.epilog()) return 3;
-      const std::string want = effective ? "job 7 epilog: started with uid 0/65534 and gid 0/65534 (real/effective)"
-                                         : "job 7 epilog: started with uid 0/0 and gid 65534/65534 (real/effective)";
+      const std::string want = effective ? "job 7 epilog: started with uid 0/" + kUid + " and gid 0/" + kGid + " (real/effective)"
+                                         : "job 7 epilog: started with uid 0/0 and gid " + kGid + "/" + kGid + " (real/effective)";
       if (h.info.size() != 1 || h.info[0].rfind(want, 0) != 0 ||
           h.info[0].find("took root's ids back before acting") == std::string::npos) {
         return 4;
@@ -191,18 +197,18 @@ TEST(TakeRootIdentity, AHookRunningAsTheUserActsOnNothingAndSaysHowToFinishByHan
   if (getuid() != 0) GTEST_SKIP() << "needs root: it becomes a user in a child";
   TempDir tmp;
   int code = in_child([&] {
-    if (!start_as(Start::kUser, 65534, 65534)) return 1;
+    if (!start_as(Start::kUser)) return 1;
     Hook asked;
     asked.vars[kOpt] = "(null)";
     asked.args = {"state_dir=" + tmp / "state", "run_dir=" + tmp / "run", "contain=off"};
     if (asked.epilog() || asked.errors.size() != 1 || asked.args_read != 0) return 2;
     const std::string& e = asked.errors[0];
-    if (e.rfind("job 7 epilog failed: runs as uid 65534 (gid 65534), not root", 0) != 0 ||
+    if (e.rfind("job 7 epilog failed: runs as uid " + kUid + " (gid " + kGid + "), not root", 0) != 0 ||
         e.find("With PrologFlags=RunInJob, Slurm 24.11.0 to 25.11.3 can start the Prolog=/Epilog= as the job's user") == std::string::npos ||
         e.find("as root, run unilab-mps-epilog again with the job's SLURM_JOB_ID") == std::string::npos) {
       return 3;
     }
-    if (asked.prolog() || asked.errors.size() != 2 || asked.errors[1].rfind("job 7 prolog failed: runs as uid 65534", 0) != 0) {
+    if (asked.prolog() || asked.errors.size() != 2 || asked.errors[1].rfind("job 7 prolog failed: runs as uid " + kUid, 0) != 0) {
       return 4;
     }
     Hook plain;
@@ -210,7 +216,7 @@ TEST(TakeRootIdentity, AHookRunningAsTheUserActsOnNothingAndSaysHowToFinishByHan
       return 5;
     }
     if (!plain.prolog() || plain.errors.size() != 1) return 6;  // a job that did not ask: its prolog does nothing
-    return geteuid() == 65534 ? 0 : 7;
+    return geteuid() == test::kOtherUid ? 0 : 7;
   });
   EXPECT_EQ(code, 0) << "1 drop, 2 epilog did not fail or read its arguments, 3 epilog message, 4 prolog, "
                         "5 epilog of a job that did not ask, 6 prolog of a job that did not ask, 7 ids changed";
@@ -225,14 +231,14 @@ TEST(TakeRootIdentity, ChangesNothingForRootAndRefusesASetUidStart) {
   ASSERT_EQ(getgroups(after.size(), after.data()), static_cast<int>(after.size()));
   EXPECT_EQ(before, after);
   int code = in_child([] {
-    if (!start_as(Start::kSetUidRoot, 65534, 65534)) return 1;
+    if (!start_as(Start::kSetUidRoot)) return 1;
     try {
       take_root_identity();
       return 2;
     } catch (const CudaMpsError& e) {
-      if (std::string(e.what()).rfind("runs as uid 65534 (gid 65534), not root", 0) != 0) return 3;
+      if (std::string(e.what()).rfind("runs as uid " + kUid + " (gid " + kGid + "), not root", 0) != 0) return 3;
     }
-    return geteuid() == 0 && getuid() == 65534 ? 0 : 4;
+    return geteuid() == 0 && getuid() == test::kOtherUid ? 0 : 4;
   });
   EXPECT_EQ(code, 0) << "1 drop, 2 a set-uid start was accepted, 3 message, 4 ids changed";
 }
