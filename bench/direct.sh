@@ -108,7 +108,7 @@ measure_job() {
   row "$suite" "$case" "$param" "$lat" epilog_ms "$ms"
   row "$suite" "$case" "$param" "$lat" epilog_smi_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-smi)"
   row "$suite" "$case" "$param" "$lat" epilog_ctl_calls "$(count_calls "$BENCH_CALL_LOG" nvidia-cuda-mps-control)"
-  if compgen -G "$RUN/job$JOB.*" >/dev/null || [ -n "$(daemons_under "$RUN/job$JOB.")" ]; then
+  if compgen -G "$RUN/$JOB.*" >/dev/null || [ -n "$(daemons_under "$RUN/$JOB.")" ]; then
     bench_log "job $JOB left something behind"; return 1
   fi
 }

@@ -95,6 +95,21 @@ mps_daemons_under() {
 
 # True when PID exists and is not a zombie (a killed daemon reparented to a
 # PID 1 that reaps late stays a zombie for a moment).
+# run_entry JOB NODE GPU|m: a Slurm job's daemon directory under run_dir
+# (common/slurm/job.cpp job_run_entry: <job>.<GRES index or m>.<node tag>).
+# The tags of the node names the suites use are spelled out, not computed:
+# a change of the hash would strand the entries of jobs running at an
+# upgrade, and must fail the suites.
+run_entry() {
+  local tag
+  case $2 in
+  n1) tag=8KO ;;
+  n2) tag=PCa ;;
+  *) echo "run_entry: no tag known for node '$2' (tests/lib.sh)" >&2; return 1 ;;
+  esac
+  printf '%s.%s.%s\n' "$1" "$3" "$tag"
+}
+
 proc_running() {
   local st
   st=$(awk '{sub(/.*\) /, ""); print $1}' "/proc/$1/stat" 2>/dev/null) || return 1

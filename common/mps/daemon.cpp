@@ -156,26 +156,26 @@ struct Layout {
 // Mounts the daemon's private tmpfs on `<base>/<name>` (root only) and
 // returns that directory again (now the tmpfs root).
 Fd mount_private_dir(int base, const StartRequest& req, const std::string& path, bool created) {
-  if (std::string e = unmount_private_fs(base, req.name, path); !e.empty()) throw CudaMpsError(e);
+  if (std::string e = unmount_private_fs(base, req.entry(), path); !e.empty()) throw CudaMpsError(e);
   try {
-    mount_private_fs(base, req.name, path, req.uid, req.gid, *req.private_fs);
+    mount_private_fs(base, req.entry(), path, req.uid, req.gid, *req.private_fs);
   } catch (const CudaMpsError&) {
-    if (created) unlinkat(base, req.name.c_str(), AT_REMOVEDIR);
+    if (created) unlinkat(base, req.entry().c_str(), AT_REMOVEDIR);
     throw;
   }
-  return ensure_private_dir(base, req.name, req.uid, req.gid);
+  return ensure_private_dir(base, req.entry(), req.uid, req.gid);
 }
 
 // The default layout (daemon_directories) for what the request does not name.
 void prepare_default_layout(const StartRequest& req, Layout& l) {
   if (req.base_directory.empty()) throw CudaMpsError("no base directory for the daemon's pipe and log directories");
-  const DaemonDirectories dirs = daemon_directories(req.base_directory, req.name);
+  const DaemonDirectories dirs = daemon_directories(req.base_directory, req.entry());
   // The base is created by whoever runs us (root for Slurm: 0755 so tasks
   // can traverse; a user: 0700), so only that identity may own its path.
   const bool root = geteuid() == 0;
   Fd base = ensure_trusted_dir(req.base_directory, geteuid(), geteuid(), getegid(), root ? 0755 : 0700);
   bool created = false;
-  Fd named = ensure_private_dir(base.get(), req.name, req.uid, req.gid, &created);
+  Fd named = ensure_private_dir(base.get(), req.entry(), req.uid, req.gid, &created);
   l.owned.push_back(dirs.root);
   if (created) l.created.push_back(dirs.root);
   if (req.private_fs && root) named = mount_private_dir(base.get(), req, dirs.root, created);
@@ -213,11 +213,14 @@ void validate_request(const StartRequest& req) {
   if (!is_safe_name(req.name)) {
     throw CudaMpsError(fmt::format("'{}' is not a valid daemon name (letters, digits, '.', '_', '-'; at most 128)", req.name));
   }
+  if (!is_safe_name(req.entry())) {
+    throw CudaMpsError(fmt::format("'{}' is not a valid directory name (letters, digits, '.', '_', '-'; at most 128)", req.entry()));
+  }
   if (req.gpu_uuids.empty()) throw CudaMpsError("no GPU selected for the daemon");
   for (const auto* d : {&req.pipe_directory, &req.log_directory}) {
     if (*d && ((*d)->empty() || (**d)[0] != '/')) throw CudaMpsError(fmt::format("'{}' is not an absolute path", **d));
   }
-  std::string pipe = req.pipe_directory ? *req.pipe_directory : daemon_directories(req.base_directory, req.name).pipe;
+  std::string pipe = req.pipe_directory ? *req.pipe_directory : daemon_directories(req.base_directory, req.entry()).pipe;
   check_control_path_length(pipe);
 }
 

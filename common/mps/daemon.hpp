@@ -62,9 +62,15 @@ struct StartRequest {
   std::string host;
   TopologyMode topology_mode = TopologyMode::kSingle;
   std::vector<std::string> gpu_uuids;  // display form
-  // Default layout: daemon_directories(base_directory, name), <name> created 0700
-  // for the user and removed on stop. Explicit pipe/log directories replace it.
+  // Default layout: daemon_directories(base_directory, entry()), that entry
+  // created 0700 for the user and removed on stop. Explicit pipe/log
+  // directories replace it.
   std::string base_directory;
+  // The entry's name under base_directory when it is not `name` (the Slurm
+  // side names records in full and keeps the entry short: the daemon's
+  // socket path must fit sun_path).
+  std::string directory_name;
+  const std::string& entry() const { return directory_name.empty() ? name : directory_name; }
   std::optional<std::string> pipe_directory;
   std::optional<std::string> log_directory;
   std::optional<std::string> job_id;

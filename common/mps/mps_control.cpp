@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
@@ -20,13 +22,15 @@ std::string control_pipe_kind(const std::string& control_path) {
   return "other";
 }
 
+size_t max_pipe_directory_length() { return kMaxUnixSocketPath - 1 - std::string_view(kLongestPipeSocketName).size(); }
+
 void check_control_path_length(const std::string& pipe_directory) {
   std::string longest = pipe_directory + "/" + kLongestPipeSocketName;
   if (longest.size() > kMaxUnixSocketPath) {
     throw CudaMpsError(fmt::format(
         "pipe directory '{}' is too long: the daemon's socket '{}' is {} bytes and UNIX sockets allow {}; choose a "
-        "shorter directory",
-        pipe_directory, longest, longest.size(), kMaxUnixSocketPath));
+        "pipe directory of at most {} characters",
+        pipe_directory, longest, longest.size(), kMaxUnixSocketPath, max_pipe_directory_length()));
   }
 }
 

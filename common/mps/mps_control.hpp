@@ -40,6 +40,8 @@ inline constexpr const char* kLongestPipeSocketName = "control_privileged";
 // daemon's two sockets) exceeds the AF_UNIX limit: the daemon would then be
 // silently unreachable or fail to start.
 void check_control_path_length(const std::string& pipe_directory);
+// The longest pipe directory whose sockets fit (107 - "/control_privileged").
+size_t max_pipe_directory_length();
 
 // The environment a front end or daemon gets: built from scratch, PATH and
 // LD_LIBRARY_PATH from tool_environment(driver_dir) (the daemon finds

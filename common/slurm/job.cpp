@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -14,20 +15,15 @@
 
 #include <fmt/format.h>
 
-#include "common/slurm/containment.hpp"
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
-#include "common/slurm/gres.hpp"
-#include "common/mps/safefs.hpp"
-#include "common/slurm/slurm_conf_path.hpp"
-#include "common/mps/topology.hpp"
-#include "common/slurm/containment.hpp"
-#include "common/mps/errors.hpp"
-#include "common/mps/gpu.hpp"
-#include "common/slurm/gres.hpp"
+#include "common/mps/mps_control.hpp"
 #include "common/mps/nvidia_checks.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/mps/topology.hpp"
+#include "common/slurm/containment.hpp"
+#include "common/slurm/gres.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -70,16 +66,20 @@ std::string disagreement(const DaemonRecord& r, const std::string& job_id, const
   if (r.host != node || r.slurm->node != node) return fmt::format("it names host '{}', not node {}", r.host, node);
   if (uid && r.uid != *uid) return fmt::format("it names uid {}, not the job's uid {}", r.uid, *uid);
   if (run_dir) {
-    // The prolog lays every daemon out as run_dir/<name>/{pipe,log} and owns
-    // exactly run_dir/<name>. Anything else did not come from it, and root
+    // The prolog lays every daemon out as run_dir/<entry>/{pipe,log} and owns
+    // exactly run_dir/<entry> (job_run_entry, or the record's own name where
+    // earlier code wrote it). Anything else did not come from it, and root
     // must never remove, or send a daemon's commands to, what it names.
-    const DaemonDirectories mine = daemon_directories(*run_dir, r.name);
-    if (r.owned_directories != std::vector<std::string>{mine.root}) {
+    const std::string suffix = r.name.substr(fmt::format("job{}.{}.", job_id, node).size());
+    const DaemonDirectories mine = daemon_directories(*run_dir, job_run_entry(job_id, node, suffix));
+    const DaemonDirectories legacy = daemon_directories(*run_dir, r.name);
+    const DaemonDirectories& want = r.owned_directories == std::vector<std::string>{legacy.root} ? legacy : mine;
+    if (r.owned_directories != std::vector<std::string>{want.root}) {
       return fmt::format("its owned_directories [{}] are not exactly {}", join(r.owned_directories, ", "), mine.root);
     }
-    if (r.pipe_directory != mine.pipe || r.log_directory != mine.log) {
-      return fmt::format("its pipe/log directories {} and {} are not {} and {}", r.pipe_directory, r.log_directory, mine.pipe,
-                         mine.log);
+    if (r.pipe_directory != want.pipe || r.log_directory != want.log) {
+      return fmt::format("its pipe/log directories {} and {} are not {} and {}", r.pipe_directory, r.log_directory, want.pipe,
+                         want.log);
     }
   }
   return {};
@@ -107,18 +107,19 @@ JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, co
   return out;
 }
 
-// What the prolog would have recorded for run-dir entry `name`, from the
-// configuration and the job's own (Slurm-given) identity only, as a
-// "starting" record: stop_daemon then finds the daemon through its pid file,
-// verified by /proc (uid and pipe directory), never through a stored pid.
-DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const std::string& name) {
+// What the prolog would have recorded for run-dir entry `entry` (record
+// name `name`), from the configuration and the job's own (Slurm-given)
+// identity only, as a "starting" record: stop_daemon then finds the daemon
+// through its pid file, verified by /proc (uid and pipe directory), never
+// through a stored pid.
+DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const std::string& name, const std::string& entry) {
   DaemonRecord r;
   r.name = name;
   r.uid = job.uid;
   r.gid = job.gid;
   r.host = job.node;
   r.topology_mode = TopologyMode::kSingle;
-  const DaemonDirectories dirs = daemon_directories(cfg.run_dir, name);
+  const DaemonDirectories dirs = daemon_directories(cfg.run_dir, entry);
   r.pipe_directory = dirs.pipe;
   r.log_directory = dirs.log;
   r.state = RecordState::kStarting;
@@ -169,12 +170,16 @@ std::vector<std::string> run_dir_entries(const PluginConfig& cfg, const JobConte
 // records are taken out of `untrusted` (they go with the entry).
 void add_orphan_targets(const PluginConfig& cfg, const JobContext& job, const std::string& store_root,
                         std::map<std::string, std::string>& untrusted, std::vector<CleanTarget>& targets, EpilogOutcome& out) {
-  std::set<std::string> covered;
-  for (const auto& t : targets) covered.insert(t.record.name);
+  std::set<std::string> covered;  // entries a trusted record owns
+  for (const auto& t : targets) {
+    for (const auto& d : t.record.owned_directories) covered.insert(split_parent(d).second);
+  }
   const std::string ext = record_file_name("");
-  for (const auto& name : run_dir_entries(cfg, job, out)) {
-    if (covered.count(name) || !is_job_daemon_name(name, job.job_id, job.node)) continue;
-    CleanTarget t{orphan_record(cfg, job, name), true, "no record", false};
+  for (const auto& entry : run_dir_entries(cfg, job, out)) {
+    auto suffix = job_run_entry_suffix(entry, job.job_id, job.node);
+    if (covered.count(entry) || !suffix) continue;
+    const std::string name = job_daemon_name(job.job_id, job.node, *suffix);
+    CleanTarget t{orphan_record(cfg, job, name, entry), true, "no record", false};
     if (auto why = untrusted.find(name); why != untrusted.end()) {
       t.record_note = fmt::format("record {}/{}{} not trusted: {}", store_root, name, ext, why->second);
       t.had_record = true;
@@ -184,7 +189,7 @@ void add_orphan_targets(const PluginConfig& cfg, const JobContext& job, const st
   }
 }
 
-void report_stop(const PluginConfig& cfg, const JobContext& job, const CleanTarget& t, const StopAttempt& a, EpilogOutcome& out) {
+void report_stop(const JobContext& job, const CleanTarget& t, const StopAttempt& a, EpilogOutcome& out) {
   if (!a.report) {
     if (!a.stale) {
       out.errors.push_back(a.error);
@@ -197,12 +202,12 @@ void report_stop(const PluginConfig& cfg, const JobContext& job, const CleanTarg
   const StopReport& rep = *a.report;
   const std::string removed = t.had_record ? " and record" : "";
   if (t.orphan && rep.outcome == StopOutcome::kNotStarted) {
-    out.warnings.push_back(fmt::format("{}/{} of job {} ({}): no daemon runs there; directory{} removed", cfg.run_dir, t.record.name,
+    out.warnings.push_back(fmt::format("{} of job {} ({}): no daemon runs there; directory{} removed", t.record.owned_directories[0],
                                        job.job_id, t.record_note, removed));
   } else if (t.orphan) {
-    out.warnings.push_back(fmt::format("{}/{} of job {} ({}): its daemon pid {} (found through its pid file, verified "
+    out.warnings.push_back(fmt::format("{} of job {} ({}): its daemon pid {} (found through its pid file, verified "
                                        "uid {} and pipe directory in /proc) stopped: {}; directory{} removed",
-                                       cfg.run_dir, t.record.name, job.job_id, t.record_note, rep.pid, job.uid, to_string(rep.outcome),
+                                       t.record.owned_directories[0], job.job_id, t.record_note, rep.pid, job.uid, to_string(rep.outcome),
                                        removed));
   }
   if (!rep.detail.empty()) {
@@ -248,7 +253,7 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
   std::vector<DaemonRecord> records;
   for (const auto& t : targets) records.push_back(t.record);
   const auto attempts = stop_daemons(s, cfg.tools, store, records, cfg.stop_timeout);
-  for (size_t i = 0; i < targets.size(); ++i) report_stop(cfg, job, targets[i], attempts[i], out);
+  for (size_t i = 0; i < targets.size(); ++i) report_stop(job, targets[i], attempts[i], out);
   remove_untrusted_records(store, untrusted, out);
 }
 
@@ -283,7 +288,9 @@ std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobC
   std::vector<StartRequest> out;
   for (const auto& group : groups) {
     StartRequest sr;
-    sr.name = job_daemon_name(job.job_id, job.node, req.mode == JobMode::kMulti ? "multi" : fmt::format("gpu{}", group[0]));
+    const std::string suffix = req.mode == JobMode::kMulti ? "multi" : fmt::format("gpu{}", group[0]);
+    sr.name = job_daemon_name(job.job_id, job.node, suffix);
+    sr.directory_name = job_run_entry(job.job_id, job.node, suffix);
     sr.uid = job.uid;
     sr.gid = job.gid;
     sr.host = job.node;
@@ -503,13 +510,58 @@ std::string job_daemon_name(const std::string& job_id, const std::string& node, 
   return name;
 }
 
-bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node) {
-  const std::string prefix = fmt::format("job{}.{}.", job_id, node);
-  if (!name.starts_with(prefix)) return false;
-  std::string_view suffix = std::string_view(name).substr(prefix.size());
+namespace {
+
+// "gpuN" (N decimal digits) or "multi": the suffixes a record name may end in.
+bool is_daemon_suffix(std::string_view suffix) {
   if (suffix == "multi") return true;
   if (!suffix.starts_with("gpu") || suffix.size() == 3) return false;
   return std::all_of(suffix.begin() + 3, suffix.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+// Three base-62 characters of the node name's FNV-1a hash (about 238,000
+// values): apart only the nodes of one host, which are few.
+std::string node_tag(const std::string& node) {
+  static constexpr std::string_view kDigits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  uint32_t h = 2166136261u;
+  for (unsigned char c : node) h = (h ^ c) * 16777619u;
+  std::string tag(3, '0');
+  for (auto& c : tag) {
+    c = kDigits[h % kDigits.size()];
+    h /= static_cast<uint32_t>(kDigits.size());
+  }
+  return tag;
+}
+
+}  // namespace
+
+bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node) {
+  const std::string prefix = fmt::format("job{}.{}.", job_id, node);
+  return name.starts_with(prefix) && is_daemon_suffix(std::string_view(name).substr(prefix.size()));
+}
+
+std::string job_run_entry(const std::string& job_id, const std::string& node, const std::string& suffix) {
+  if (!is_daemon_suffix(suffix)) throw CudaMpsError(fmt::format("'{}' is not a daemon suffix (gpuN or multi)", suffix));
+  const std::string_view shown = suffix == "multi" ? std::string_view("m") : std::string_view(suffix).substr(3);
+  std::string entry = fmt::format("{}.{}.{}", job_id, shown, node_tag(node));
+  if (!is_safe_name(entry)) throw CudaMpsError(fmt::format("cannot name a run-dir entry for job '{}'", job_id));
+  return entry;
+}
+
+std::optional<std::string> job_run_entry_suffix(const std::string& entry, const std::string& job_id, const std::string& node) {
+  if (is_job_daemon_name(entry, job_id, node)) return entry.substr(fmt::format("job{}.{}.", job_id, node).size());
+  const std::string prefix = job_id + ".";
+  const std::string tail = "." + node_tag(node);
+  if (!entry.starts_with(prefix) || !entry.ends_with(tail) || entry.size() <= prefix.size() + tail.size()) return std::nullopt;
+  const std::string shown = entry.substr(prefix.size(), entry.size() - prefix.size() - tail.size());
+  std::string suffix = shown == "m" ? "multi" : "gpu" + shown;
+  if (!is_daemon_suffix(suffix) || job_run_entry(job_id, node, suffix) != entry) return std::nullopt;
+  return suffix;
+}
+
+size_t max_run_dir_length() {
+  const std::string worst = "/" + job_run_entry("4294967295", "n", "gpu999") + "/" + kPipeLeaf;
+  return max_pipe_directory_length() - worst.size();
 }
 
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,

@@ -54,6 +54,23 @@ std::string job_daemon_name(const std::string& job_id, const std::string& node, 
 // node "n1" never matches a daemon of node "n1.x").
 bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node);
 
+// A daemon's entry in run_dir (the directory holding its pipe and log
+// directories), kept short because the daemon's socket
+// <run_dir>/<entry>/pipe/control_privileged must fit a UNIX socket address
+// (107 bytes): <job id>.<GRES index>.<node tag>, or <job id>.m.<node tag>
+// for multi. The node tag is three characters of a hash of the node name:
+// run_dir is node-local, the tag only keeps apart the nodes of a host that
+// runs several slurmd. `suffix` is the record name's (gpuN or multi). Code
+// before this layout named the entry like the record; job_run_entry_suffix
+// still accepts those entries.
+std::string job_run_entry(const std::string& job_id, const std::string& node, const std::string& suffix);
+// The record-name suffix (gpuN or multi) of `entry` when it is one of job
+// `job_id`'s entries on `node`, in either layout; nullopt otherwise.
+std::optional<std::string> job_run_entry_suffix(const std::string& entry, const std::string& job_id, const std::string& node);
+// The longest run_dir whose daemons' sockets fit for every job id (32 bits),
+// node name and GRES index below 1000.
+size_t max_run_dir_length();
+
 // Where this job's daemons must live on this node (slurm.conf and
 // cgroup.conf beside SLURM_CONF); nullopt when the node does not confine
 // jobs with cgroups or contain=off. Throws CudaMpsError when the node

@@ -8,13 +8,11 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
-#include "common/mps/safefs.hpp"
-#include "common/slurm/slurm_conf_path.hpp"
 #include "common/mps/nvidia_checks.hpp"
-#include "common/slurm/config_text.hpp"
-#include "common/mps/errors.hpp"
-#include "common/mps/mps_control.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/slurm/config_text.hpp"
+#include "common/slurm/job.hpp"
+#include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -98,9 +96,13 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
   if (cfg.default_threads && cfg.max_threads && *cfg.default_threads > *cfg.max_threads) {
     throw CudaMpsError("plugin argument default_threads exceeds max_threads");
   }
-  // The longest pipe path we create must fit a UNIX socket address:
-  // <run_dir>/job<id>.<node>.gpuNN/pipe/control_privileged with generous id/node room.
-  check_control_path_length(daemon_directories(cfg.run_dir, "job0000000000.nodename-0000000000000000.gpu000").pipe);
+  // The longest pipe path we create must fit a UNIX socket address, for any
+  // job id and node name (job_run_entry).
+  if (cfg.run_dir.size() > max_run_dir_length()) {
+    throw CudaMpsError(fmt::format("plugin argument run_dir={} is too long ({} characters): the daemons' sockets in it would not "
+                                   "fit a UNIX socket address (107 bytes); give a run_dir of at most {} characters",
+                                   cfg.run_dir, cfg.run_dir.size(), max_run_dir_length()));
+  }
   return cfg;
 }
 

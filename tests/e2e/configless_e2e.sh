@@ -99,8 +99,8 @@ expect_uuids() {
 assert_clean() {
   local tag=$1 job=$2
   wait_job_gone "$job" 60 >/dev/null 2>&1
-  expect_eq "$tag: no daemon process of job $job remains" "" "$(mps_daemons_under "$RUN_DIR/job$job.")"
-  expect_eq "$tag: no pipe/log dir of job $job remains" "" "$(ls -A "$RUN_DIR" 2>/dev/null | grep "^job$job\." || true)"
+  expect_eq "$tag: no daemon process of job $job remains" "" "$(mps_daemons_under "$RUN_DIR/$job.")"
+  expect_eq "$tag: no pipe/log dir of job $job remains" "" "$(ls -A "$RUN_DIR" 2>/dev/null | grep "^$job\." || true)"
   expect_eq "$tag: no record of job $job remains" "" "$(ls -A "$STATE_DIR" 2>/dev/null | grep "^job$job\." || true)"
 }
 
@@ -191,7 +191,7 @@ EOS
   for t in T0@n1 T1@n1; do
     expect_uuids "$tag: $t CUDA_VISIBLE_DEVICES is its GRES GPU's UUID (cached gres.conf)" \
       "$(field "$res" $t STEP_GPUS)" "$(field "$res" $t CVD)"
-    expect_contains "$tag: $t CUDA_MPS_PIPE_DIRECTORY is the job's daemon's" "$(field "$res" $t PIPE)" "$RUN_DIR/job$job.n1.gpu"
+    expect_contains "$tag: $t CUDA_MPS_PIPE_DIRECTORY is the job's daemon's" "$(field "$res" $t PIPE)" "$RUN_DIR/$job."
     expect_eq "$tag: $t daemon runs as unimps1" unimps1 "$(field "$res" $t DAEMON_USER)"
     expect_contains "$tag: $t client joined the daemon" "$(field "$res" $t CLIENT)" "connected to MPS server"
   done
@@ -211,7 +211,7 @@ EOS
 
   out=$(u unimps2 srun --unilab-mps=multi --gres=gpu:2 -n1 "$REPORT" 2>&1)
   job=$(last_job)
-  expect_contains "$tag multi: one daemon for both GPUs" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/job$job.n1.multi/pipe"
+  expect_contains "$tag multi: one daemon for both GPUs" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/$(run_entry "$job" n1 m)/pipe"
   expect_uuids "$tag multi: both GPUs' UUIDs" "$(field "$out" T0@n1 STEP_GPUS)" "$(field "$out" T0@n1 CVD)"
   expect_eq "$tag multi: daemon runs as unimps2" unimps2 "$(field "$out" T0@n1 DAEMON_USER)"
   assert_clean "$tag multi" "$job"
@@ -236,7 +236,7 @@ cgroup_part() {
   expect_contains "$tag: doctor reads the cached cgroup.conf" "$(cat "$STAGE/doctor-$tag.txt")" "from /run/slurm/conf/cgroup.conf"
   out=$(u unimps1 srun --unilab-mps --gres=gpu:1 -n1 "$STAGE/bin/daemon_cgroup.sh" 2>&1)
   job=$(last_job)
-  expect_contains "$tag: the task got its daemon" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/job$job.n1.gpu"
+  expect_contains "$tag: the task got its daemon" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/$job."
   expect_contains "$tag: client joined the daemon" "$(field "$out" T0@n1 CLIENT)" "connected to MPS server"
   # ConstrainDevices=yes is only in the cached cgroup.conf: the plugin moved
   # the daemon into the job's devices cgroup because it read that file.

@@ -111,7 +111,7 @@ wait_for() {
 expect_tree_gone() {
   check_not "daemon pid $DPID is gone" proc_running "$DPID"
   check_not "server pid ${1:-?} is gone" proc_running "${1:-0}"
-  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
+  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/$JOB.")"
   expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
 }
 # "; ..." when the harness had to finish JOB's epilog as root because Slurm
@@ -383,7 +383,7 @@ plain_part() {
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   check_not "daemon pid $DPID is gone" proc_running "$DPID"
   check_not "orphaned server pid $spid is gone" proc_running "${spid:-0}"
-  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/job$JOB.")"
+  expect_eq "no MPS process of the job" "" "$(mps_processes_under "$RUN_DIR/$JOB.")"
   expect_contains "the epilog says what it killed" "$(grep "unilab-mps: job $JOB" "$(slurmd_log)")" "killed 1 leftover MPS process"
   fake_conf
   case_end "$(grep -o "killed [0-9]* leftover MPS process(es)" "$(slurmd_log)" | tail -n1)"
@@ -396,12 +396,12 @@ plain_part() {
   jout=$(cat "$OUT/contain-$JOB.out")
   expect_contains "the bytes stopped at the job's own 64 MiB" "$jout" "(67 MB, 64 MiB) copied"
   expect_contains "the job's dirs are a 64 MiB tmpfs" "$jout" "tmpfs 65536"
-  check "the job's dir is its own tmpfs mount" grep -q " $RUN_DIR/job$JOB.n1.gpu0 tmpfs " /proc/mounts
+  check "the job's dir is its own tmpfs mount" grep -q " $RUN_DIR/$(run_entry "$JOB" n1 0) tmpfs " /proc/mounts
   check "the inodes stopped at the job's own limit (4096 with the daemon's files)" test "$(sed -n 's/^files=//p' <<<"$jout")" -lt 4096
   other=$(as_user unimps2 srun --immediate=30 --unilab-mps --gres=gpu:1 "$FAKES/fake-cuda-client" --hold 0 2>&1)
   expect_contains "another user's job starts and reaches its daemon meanwhile" "$other" "connected to MPS server"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
-  expect_eq "no mount of the job is left" "" "$(grep " $RUN_DIR/job$JOB" /proc/mounts || true)"
+  expect_eq "no mount of the job is left" "" "$(grep " $RUN_DIR/$JOB\." /proc/mounts || true)"
   expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
   expect_eq "node n1 is idle" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
   case_end "$(printf '%s' "$jout" | grep -oE '\([0-9]+ MB, [0-9]+ MiB\) copied|^files=[0-9]+|^tmpfs [0-9]+' | tr '\n' ' ')"
@@ -424,7 +424,7 @@ print(\"built\")
   expect_contains "the job built its tree" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)" "built"
   expect_eq "node n1 is idle (not drained)" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
   expect_eq "no dir or record of the job" "" "$(ls -A "$RUN_DIR" "$STATE_DIR" 2>/dev/null | grep "^job$JOB\." || true)"
-  case_end "node $(sinfo -h -n n1 -N -o %T | sort -u); leftovers: $(ls -A "$RUN_DIR" 2>/dev/null | grep -c "^job$JOB\.")"
+  case_end "node $(sinfo -h -n n1 -N -o %T | sort -u); leftovers: $(ls -A "$RUN_DIR" 2>/dev/null | grep -c "^$JOB\.")"
   rm -f "$OUT"/contain-*.out
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 }

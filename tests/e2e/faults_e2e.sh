@@ -157,8 +157,8 @@ epilog() {
 leftovers() {
   local job=$1 state=${2:-$H/state} run=${3:-$H/run}
   local d e r
-  d=$(mps_daemons_under "$run/job$job." | wc -l)
-  e=$(ls -A "$run" 2>/dev/null | grep -c "^job$job\.")
+  d=$(mps_daemons_under "$run/$job." | wc -l)
+  e=$(ls -A "$run" 2>/dev/null | grep -c "^$job\.")
   r=$(ls -A "$state" 2>/dev/null | grep -c "^job$job\.")
   echo "$d daemons, $e dirs, $r records"
 }
@@ -416,7 +416,7 @@ EOF
     prolog "$1"
     CRASH_REC=$(cat "$H/state/job$1.n1.gpu0.json")
     epilog "$1"
-    local d=$H/run/job$1.n1.gpu0
+    local d=$H/run/$(run_entry "$1" n1 0)
     install -d -o unimps1 -g unimps1 -m 700 "$d" "$d/pipe" "$d/log"
     CRASH_PIPE=$d/pipe
   }
@@ -534,7 +534,7 @@ EOF
   env_keys=$(tr '\0' '\n' <"/proc/$dpid/environ" | sed 's/=.*//' | sort | tr '\n' ' ')
   expect_eq "attack-env-injection: daemon environ keys" "CUDA_MPS_LOG_DIRECTORY CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES PATH " "$env_keys"
   expect_eq "attack-env-injection: daemon PATH" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "$(tr '\0' '\n' <"/proc/$dpid/environ" | grep '^PATH=')"
-  expect_eq "attack-env-injection: daemon pipe dir is the job's" "CUDA_MPS_PIPE_DIRECTORY=$H/run/job156.n1.gpu0/pipe" \
+  expect_eq "attack-env-injection: daemon pipe dir is the job's" "CUDA_MPS_PIPE_DIRECTORY=$H/run/$(run_entry 156 n1 0)/pipe" \
     "$(tr '\0' '\n' <"/proc/$dpid/environ" | grep '^CUDA_MPS_PIPE_DIRECTORY=')"
   local ran
   ran=$(tail -n +"$((calls + 1))" "$CALL_LOG" | awk '{print $4}' | sort -u | tr '\n' ' ')
@@ -824,7 +824,7 @@ cluster_part() {
   expect_eq "cluster-env-injection: daemon environ keys" "CUDA_MPS_LOG_DIRECTORY CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES PATH " "$keys"
   expect_eq "cluster-env-injection: daemon PATH" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "$pathv"
   for i in $(seq 1 50); do grep -q PIPE= "$task_out" 2>/dev/null && break; sleep 0.1; done
-  expect_contains "cluster-env-injection: the batch script got the job's pipe dir" "$(cat "$task_out" 2>/dev/null)" "PIPE=$RUN_DIR/job$job.n1.gpu0/pipe"
+  expect_contains "cluster-env-injection: the batch script got the job's pipe dir" "$(cat "$task_out" 2>/dev/null)" "PIPE=$RUN_DIR/$(run_entry "$job" n1 0)/pipe"
   scancel "$job"
   cluster_clean cluster-env-injection "$job"
   local ran

@@ -56,9 +56,9 @@ assert_clean() {
   local tag=$1 job=$2
   wait_job_gone "$job" 60 >/dev/null 2>&1
   local left
-  left=$(for p in $(mps_daemons_under "$RUN_DIR/job$job."); do echo "$p"; done)
+  left=$(for p in $(mps_daemons_under "$RUN_DIR/$job."); do echo "$p"; done)
   expect_eq "$tag: no daemon process of job $job remains" "" "$left"
-  expect_eq "$tag: no pipe/log dir of job $job remains" "" "$(ls -A "$RUN_DIR" 2>/dev/null | grep "^job$job\." || true)"
+  expect_eq "$tag: no pipe/log dir of job $job remains" "" "$(ls -A "$RUN_DIR" 2>/dev/null | grep "^$job\." || true)"
   expect_eq "$tag: no record of job $job remains" "" "$(ls -A "$STATE_DIR" 2>/dev/null | grep "^job$job\." || true)"
 }
 
@@ -106,7 +106,7 @@ scenario_single() {
   expect_contains "$tag: CUDA_VISIBLE_DEVICES is a UUID" "$cvd" "GPU-"
   # The job got GRES index 0 (first free): its UUID is minor 3's, nvidia-smi index 2.
   assert_task "$tag" "$out" $t unimps1 "$(want_uuids "$out" $t)"
-  expect_contains "$tag: pipe dir is the job's" "$(field "$out" $t PIPE)" "$RUN_DIR/job$job.n1.gpu"
+  expect_contains "$tag: pipe dir is the job's" "$(field "$out" $t PIPE)" "$RUN_DIR/$job."
   assert_clean "$tag" "$job"
 }
 
@@ -136,7 +136,7 @@ scenario_multi() {
   local job; job=$(last_job)
   assert_task "$tag" "$out" T0@n1 unimps2 "$(want_uuids "$out" T0@n1)"
   expect_contains "$tag: two UUIDs in one task" "$(field "$out" T0@n1 CVD)" ","
-  expect_contains "$tag: one daemon for both GPUs" "$(field "$out" T0@n1 PIPE)" "job$job.n1.multi/pipe"
+  expect_contains "$tag: one daemon for both GPUs" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/$(run_entry "$job" n1 m)/pipe"
   assert_clean "$tag" "$job"
 }
 
@@ -226,7 +226,7 @@ scenario_two_users() {
   expect_contains "$tag: unimps1 is refused by permissions" "$(field "$out" T0@n1 OTHER)" "Permission denied"
   # Expected GPUs come from what Slurm gave each job, not from the task itself.
   assert_task "$tag" "$out" T0@n1 unimps1 "$(want_uuids "$out" T0@n1)"
-  expect_contains "$tag: unimps1's client joined its own job's daemon" "$(field "$out" T0@n1 CLIENT)" "pipe=$RUN_DIR/job$job1."
+  expect_contains "$tag: unimps1's client joined its own job's daemon" "$(field "$out" T0@n1 CLIENT)" "pipe=$RUN_DIR/$job1."
   wait "$bg"
   local out2; out2=$(cat "$f2")
   job2=$(field "$out2" T0@n1 JOB)
@@ -234,7 +234,7 @@ scenario_two_users() {
   local c1 c2; c1=$(field "$out" T0@n1 CVD); c2=$(field "$out2" T0@n1 CVD)
   check "$tag: the users got different GPUs" test -n "$c1" -a -n "$c2" -a "$c1" != "$c2"
   assert_task "$tag" "$out2" T0@n1 unimps2 "$(want_uuids "$out2" T0@n1)"
-  expect_contains "$tag: unimps2's client joined its own job's daemon" "$(field "$out2" T0@n1 CLIENT)" "pipe=$RUN_DIR/job$job2."
+  expect_contains "$tag: unimps2's client joined its own job's daemon" "$(field "$out2" T0@n1 CLIENT)" "pipe=$RUN_DIR/$job2."
   assert_clean "$tag" "$job1"
   assert_clean "$tag" "$(( job1 - 1 ))"
 }
@@ -282,8 +282,8 @@ scenario_multinode() {
   expect_eq "$tag: task on n2" "unimps1" "$(field "$out" T1@n2 USER)"
   assert_task "$tag" "$out" T0@n1 unimps1 "$(want_uuids "$out" T0@n1)"
   assert_task "$tag" "$out" T1@n2 unimps1 "$(want_uuids "$out" T1@n2)"
-  expect_contains "$tag: n1's daemon is n1's" "$(field "$out" T0@n1 PIPE)" "job$job.n1.gpu"
-  expect_contains "$tag: n2's daemon is n2's" "$(field "$out" T1@n2 PIPE)" "job$job.n2.gpu"
+  expect_contains "$tag: n1's daemon is n1's" "$(field "$out" T0@n1 PIPE)" "$RUN_DIR/$(run_entry "$job" n1 0)/pipe"
+  expect_contains "$tag: n2's daemon is n2's" "$(field "$out" T1@n2 PIPE)" "$RUN_DIR/$(run_entry "$job" n2 0)/pipe"
   assert_clean "$tag" "$job"
 }
 

@@ -81,7 +81,7 @@ expected_daemons() { case $(kind_of "$1") in per-task) echo 2 ;; *) echo 1 ;; es
 # Clients of job output K that joined a daemon of that job (the fake client
 # prints the pipe directory it used; without one it would fall back to
 # /tmp/nvidia-mps, which is not a job's).
-own_clients() { grep -c "^pipe=$RUN_DIR/job$2\.[^/]*/pipe$" "$OUT/$1.out" 2>/dev/null; }
+own_clients() { grep -c "^pipe=$RUN_DIR/$2\.[^/]*/pipe$" "$OUT/$1.out" 2>/dev/null; }
 
 declare -A JOB_OF=() CANCELLED=()
 t0=$SECONDS

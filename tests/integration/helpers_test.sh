@@ -56,7 +56,7 @@ echo "== success: prolog then epilog"
 helper prolog 11 "$U1" "$G1"
 expect_eq "prolog of a --unilab-mps job exits 0" 0 "$RC"
 expect_contains "prolog names the daemon it started" "$OUT" "started MPS daemon job11.n1.gpu0"
-dpid=$(mps_daemons_under "$work/run/job11." | head -n1)
+dpid=$(mps_daemons_under "$work/run/11." | head -n1)
 check "the job's daemon runs" proc_running "${dpid:-0}"
 helper epilog 11 "$U1" "$G1"
 expect_eq "epilog that stopped the job's daemon exits 0" 0 "$RC"
@@ -73,7 +73,7 @@ helper prolog 21 "$U1" "$G1"
 expect_eq "uid 0, the user's gid: prolog exits 0" 0 "$RC"
 expect_contains "prolog says it took root's ids back" "$OUT" "job 21 prolog: started with uid 0/0 and gid $G1/$G1 (real/effective)"
 expect_eq "the record is root's" "0:0" "$(stat -c %u:%g "$work/state/job21.n1.gpu0.json" 2>&1)"
-dpid=$(mps_daemons_under "$work/run/job21." | head -n1)
+dpid=$(mps_daemons_under "$work/run/21." | head -n1)
 check "the job's daemon runs" proc_running "${dpid:-0}"
 AS=(setpriv "--reuid=$U1" "--regid=$G1" "--groups=$G1" --)
 helper epilog 21 "$U1" "$G1"
@@ -93,7 +93,7 @@ expect_eq "run again with uid 0 (and the user's gid): epilog exits 0" 0 "$RC"
 expect_contains "epilog says it took root's ids back" "$OUT" "job 21 epilog: started with uid 0/0 and gid $G1/$G1"
 check_gone "the job's daemon is gone" "$dpid"
 expect_eq "no record of job 21 is left" 0 "$(records_of 21)"
-expect_eq "no dir or mount of job 21 is left" "" "$(ls -A "$work/run" | grep '^job21\.'; grep " $work/run/job21" /proc/self/mounts)"
+expect_eq "no dir or mount of job 21 is left" "" "$(ls -A "$work/run" | grep '^21\.'; grep " $work/run/21\." /proc/self/mounts)"
 
 echo "== failures: non-zero exit"
 printf 'mps_fail_start=1\n' >"$FAKES/fake.conf"
@@ -171,6 +171,6 @@ else
   check "its record is kept for the admin" test -e "$rec"
   check "kthreadd is unharmed (kernel threads ignore signals)" proc_running 2
   rm -f "$rec"
-  umount -l "$work/run/job13.n1.gpu0" 2>/dev/null; rm -rf "$work/run/job13.n1.gpu0"
+  umount -l "$work/run/$(run_entry 13 n1 0)" 2>/dev/null; rm -rf "$work/run/$(run_entry 13 n1 0)"
 fi
 finish

@@ -137,6 +137,37 @@ TEST(JobDaemonName, IsSafeOrRefused) {
   EXPECT_THROW(job_daemon_name("17", "n 1", "gpu0"), CudaMpsError);
 }
 
+// The run-dir entry: short whatever the node name, stable across versions
+// (an upgraded epilog must find the entries of running jobs), one per node.
+TEST(JobRunEntry, IsShortAndNamesJobGpuAndNodeTag) {
+  EXPECT_EQ(job_run_entry("1234", "n1", "gpu0"), "1234.0.8KO");
+  EXPECT_EQ(job_run_entry("1234", "n2", "gpu0"), "1234.0.PCa");
+  EXPECT_EQ(job_run_entry("7", "n1", "multi"), "7.m.8KO");
+  const std::string long_node(64, 'x');
+  EXPECT_EQ(job_run_entry("4294967295", long_node, "gpu127").size(), 18u);
+  EXPECT_THROW(job_run_entry("1", "n1", "gpu"), CudaMpsError);
+  EXPECT_THROW(job_run_entry("1", "n1", "../x"), CudaMpsError);
+}
+
+TEST(JobRunEntry, SuffixIsFoundInBothLayoutsForThisJobAndNodeOnly) {
+  EXPECT_EQ(job_run_entry_suffix("1234.0.8KO", "1234", "n1"), "gpu0");
+  EXPECT_EQ(job_run_entry_suffix("1234.12.8KO", "1234", "n1"), "gpu12");
+  EXPECT_EQ(job_run_entry_suffix("1234.m.8KO", "1234", "n1"), "multi");
+  EXPECT_EQ(job_run_entry_suffix("job1234.n1.gpu3", "1234", "n1"), "gpu3");  // the earlier layout
+  EXPECT_EQ(job_run_entry_suffix("job1234.n1.multi", "1234", "n1"), "multi");
+  EXPECT_FALSE(job_run_entry_suffix("1234.0.PCa", "1234", "n1"));   // n2's
+  EXPECT_FALSE(job_run_entry_suffix("12345.0.8KO", "1234", "n1"));  // another job
+  EXPECT_FALSE(job_run_entry_suffix("1234.0.8KO", "123", "n1"));
+  EXPECT_FALSE(job_run_entry_suffix("1234..8KO", "1234", "n1"));
+  EXPECT_FALSE(job_run_entry_suffix("1234.x.8KO", "1234", "n1"));
+  EXPECT_FALSE(job_run_entry_suffix("1234.0.8KOx", "1234", "n1"));
+  EXPECT_FALSE(job_run_entry_suffix("job1234.n2.gpu3", "1234", "n1"));
+}
+
+// 107 bytes of sun_path less "/control_privileged", "/pipe", "/" and the
+// longest entry (10-digit job id, 3-digit GRES index, tag): 64.
+TEST(JobRunEntry, AnyRunDirOfUpTo64CharactersFits) { EXPECT_EQ(max_run_dir_length(), 64u); }
+
 TEST(SlurmRecordStore, IsRootOwnedUnderStateDir) {
   PluginConfig cfg;
   cfg.state_dir = "/var/lib/x";
@@ -377,7 +408,8 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
   EXPECT_EQ(g0.slurm->mode, JobMode::kAuto);
   ASSERT_EQ(g0.slurm->node_gpus.size(), 4u);
   EXPECT_EQ(g0.slurm->node_gpus[1], (NodeGpu{1, tmp / "dev/nvidia1", 1, test::kUuid3}));
-  EXPECT_EQ(g0.pipe_directory, cfg.run_dir + "/job1234.n1.gpu0/pipe");
+  EXPECT_EQ(g0.pipe_directory, cfg.run_dir + "/1234.0.8KO/pipe");  // job_run_entry: short, the record keeps the full name
+  EXPECT_EQ(g0.owned_directories, (std::vector<std::string>{cfg.run_dir + "/1234.0.8KO"}));
 
   // Each daemon was launched with its own GPU, as the job user.
   ASSERT_EQ(d.host.launch_commands.size(), 2u);
@@ -386,7 +418,7 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
   for (const auto& c : d.host.launch_commands) {
     launched[test::env_value(c, "CUDA_MPS_PIPE_DIRECTORY").value_or("?")] = test::env_value(c, "CUDA_VISIBLE_DEVICES").value_or("?");
   }
-  EXPECT_EQ(launched, (std::map<std::string, std::string>{{cfg.run_dir + "/job1234.n1.gpu0/pipe", test::kUuid2},
+  EXPECT_EQ(launched, (std::map<std::string, std::string>{{cfg.run_dir + "/1234.0.8KO/pipe", test::kUuid2},
                                                           {out.started[1].pipe_directory, test::kUuid1}}));
   for (const auto& c : d.host.launch_commands) {
     ASSERT_TRUE(c.credentials);
@@ -396,7 +428,7 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
   // World-readable records (the task path reads them as the user) in a root-owned dir.
   EXPECT_EQ(test::mode_of(cfg.state_dir + "/job1234.n1.gpu0.json") & 07777, 0644u);
   EXPECT_EQ(test::owner_of(cfg.state_dir), 0u);
-  EXPECT_EQ(test::owner_of(cfg.run_dir + "/job1234.n1.gpu0"), test::kOtherUid);
+  EXPECT_EQ(test::owner_of(cfg.run_dir + "/1234.0.8KO"), test::kOtherUid);
 
   // The task path works from these records alone.
   RecordStore store = slurm_record_store(cfg);
@@ -535,13 +567,51 @@ TEST_F(PrologTest, EpilogStopsExactlyThisJobsRecordsOnThisNode) {
   EXPECT_TRUE(d.proc.alive(other_job[0].pid));
   EXPECT_TRUE(d.proc.alive(other_node[0].pid));
   EXPECT_EQ(record_files(), (std::vector<std::string>{"job1234.n2.gpu0.json", "job999.n1.gpu1.json"}));
-  EXPECT_EQ(run_entries(), (std::vector<std::string>{"job1234.n2.gpu0", "job999.n1.gpu1"}));
+  EXPECT_EQ(run_entries(), (std::vector<std::string>{"1234.0.PCa", "999.1.8KO"}));
 
   // Idempotent.
   EpilogOutcome again = run_job_epilog(d.services, cfg, job);
   EXPECT_TRUE(again.ok());
   EXPECT_TRUE(again.stopped.empty());
   EXPECT_EQ(record_files().size(), 2u);
+}
+
+// Records and entries of the earlier layout (the entry named like the
+// record: run_dir/job<ID>.<node>.gpuN, as code before job_run_entry wrote
+// them for jobs still running at an upgrade): the task path trusts the
+// record, and the epilog stops the recorded daemon and the orphaned one and
+// removes everything.
+TEST_F(PrologTest, RecordsAndEntriesOfTheEarlierLayoutAreTrustedAndCleaned) {
+  RecordStore store = slurm_record_store(cfg);
+  std::vector<DaemonRecord> legacy;
+  for (int gres : {0, 2}) {
+    StartRequest sr;
+    sr.name = job_daemon_name("1234", "n1", "gpu" + std::to_string(gres));
+    sr.uid = test::kOtherUid;
+    sr.gid = test::kOtherGid;
+    sr.host = "n1";
+    sr.topology_mode = TopologyMode::kPerGpu;
+    sr.gpu_uuids = {gres == 0 ? test::kUuid2 : test::kUuid1};
+    sr.base_directory = cfg.run_dir;  // no directory_name: the entry is the record's name
+    sr.job_id = "1234";
+    sr.slurm = SlurmBinding{"1234", "n1", JobMode::kAuto, {gres}, {}};
+    sr.start_timeout = 5s;
+    legacy.push_back(start_daemon(d.services, cfg.tools, store, sr));
+  }
+  ASSERT_EQ(legacy[0].pipe_directory, cfg.run_dir + "/job1234.n1.gpu0/pipe");
+  std::vector<std::string> problems;
+  EXPECT_EQ(job_records(store, "1234", "n1", test::kOtherUid, &problems, cfg.run_dir).size(), 2u);
+  EXPECT_TRUE(problems.empty()) << join(problems, "\n");
+  store.remove(legacy[1].name);  // gpu2: an orphaned entry of the earlier layout
+
+  EpilogOutcome out = run_job_epilog(d.services, cfg, job);
+  EXPECT_TRUE(out.ok()) << join(out.errors, "\n");
+  EXPECT_FALSE(d.proc.alive(legacy[0].pid));
+  EXPECT_FALSE(d.proc.alive(legacy[1].pid));
+  EXPECT_NE(join(out.warnings, "\n").find(cfg.run_dir + "/job1234.n1.gpu2 of job 1234 (no record)"), std::string::npos)
+      << join(out.warnings, "\n");
+  EXPECT_TRUE(record_files().empty());
+  EXPECT_TRUE(run_entries().empty());
 }
 
 TEST_F(PrologTest, EpilogWithoutAStateDirIsFine) {
@@ -617,7 +687,7 @@ TEST_F(PrologTest, EpilogNeverRemovesOrSignalsWhatAForeignOwnedDirectoryRecordNa
   EpilogOutcome out = run_job_epilog(d.services, cfg, job);
   EXPECT_EQ(test::read_text(tmp / "rootdir/precious"), "root's");
   std::string all = join(out.warnings, "\n");
-  EXPECT_NE(all.find("owned_directories [" + tmp.path() + "/rootdir] are not exactly " + cfg.run_dir + "/" + planted.name),
+  EXPECT_NE(all.find("owned_directories [" + tmp.path() + "/rootdir] are not exactly " + cfg.run_dir + "/1234.0.8KO"),
             std::string::npos)
       << all;
   EXPECT_NE(all.find("pipe/log directories " + tmp.path() + "/rootdir"), std::string::npos) << all;

@@ -165,7 +165,7 @@ TEST_F(RecoveryTest, CrashBetweenLaunchAndFinalRecordLeavesAnOrphanTheEpilogStop
   d.host.launch_commands.clear();
   d.host.launches = 0;
   ASSERT_EQ(d.host.handle(launch).exit_code, 0);
-  const std::string pipe = cfg.run_dir + "/job77.n1.gpu2/pipe";
+  const std::string pipe = cfg.run_dir + "/77.2.8KO/pipe";
   pid_t orphan = d.host.daemons.at(pipe);
   RecordStore store = slurm_record_store(cfg);
   auto rec = store.read("job77.n1.gpu2");
