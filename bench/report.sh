@@ -238,6 +238,39 @@ concurrent_section() {
     "$( [ "$(med concurrent per-gpu 8 start300 prolog_smi_calls)" = 1 ] && echo yes || echo '**no**')"
 }
 
+# Build time (bench/build_time.sh): the newest run of each configuration,
+# without and with the precompiled headers, and where its time went.
+build_time_section() {
+  local times=${csv%/*}/build-times.csv units=${csv%/*}/build-times-units.csv
+  [ -f "$times" ] || return 0
+  cat <<EOT
+## 7. Build time
+
+Clean builds from \`git archive\` of the commit named, one after the other
+(\`bench/build_time.sh\`, rows in \`docs/build-times.csv\`), without and with
+the precompiled headers (\`-DUNILAB_MPS_PCH=OFF|ON\`): nlohmann/json, fmt,
+GoogleTest for the test binary and the standard headers, parsed once per
+library instead of once per file (including nlohmann/json alone costs 2.3 s
+per file at -O2 here, using its parser and dump 6.7 s). \`test\` is scripts/setup's build (everything, RelWithDebInfo: the host
+build, the 24.11 root's, and the RPM check's without tests), \`asan\` the sanitizer step's (the unit test binary, Debug).
+
+| build | date, commit | PCH off: wall / CPU | PCH on: wall / CPU | wall saved |
+|---|---|---:|---:|---:|
+EOT
+  awk -F, 'NR > 1 { k = $3; d[k] = $1 ", " $2; if ($4 == "OFF") { off[k] = $5; offu[k] = $6 } else { on[k] = $5; onu[k] = $6 } }
+    END { for (k in d) if ((k in off) && (k in on))
+      printf "| %s | %s | %.0f / %.0f s | %.0f / %.0f s | %.0f%% |\n", k, d[k], off[k], offu[k], on[k], onu[k], 100 * (off[k] - on[k]) / off[k] }' "$times" | sort
+  [ -f "$units" ] || return 0
+  echo
+  echo "The slowest translation units of the newest \`test\` builds (seconds, ninja's log):"
+  echo
+  echo "| PCH | unit | s |"
+  echo "|---|---|---:|"
+  local last; last=$(awk -F, 'NR > 1 && $3 == "test" { d = $1 } END { print d }' "$units")
+  awk -F, -v d="$last" 'NR > 1 && $1 == d && $3 == "test" { printf "| %s | `%s` | %s |\n", $4, $5, $6 }' "$units"
+  echo
+}
+
 # ---------------------------------------------------------------- the document
 {
 cat <<EOF
@@ -540,6 +573,7 @@ left); what only real MPS/CUDA can show (the MPS facts, kernel results, compute
 mode) is reported "not-checked" there, never ok. Results land in its output directory as
 \`gpu-results.json\` and \`gpu-report.md\`; copy the table here when you have them.
 
+$(build_time_section)
 ## Method and caveats
 
 - Machine: a 2-core VM shared with other work (other sessions' builds, tests
