@@ -2,9 +2,9 @@
 # Build time: clean builds of this checkout (its committed HEAD, from `git
 # archive`) the way scripts/test makes them, as they were before the build
 # work ("before": header-only fmt, no precompiled headers:
-# -DUNILAB_MPS_FMT_HEADER_ONLY=ON -DUNILAB_MPS_PCH=OFF) and as they are now
-# ("after": the defaults, libfmt and precompiled headers), one after the
-# other on an otherwise idle machine. Appends one row per build to docs/build-times.csv and the
+# -DUNILAB_MPS_FMT_HEADER_ONLY=ON -DUNILAB_MPS_PCH=OFF, still the default)
+# and with both build options ("after": libfmt and precompiled headers), one
+# after the other on an otherwise idle machine. Appends one row per build to docs/build-times.csv and the
 # slowest translation units of each build (ninja's log) to
 # docs/build-times-units.csv; bench/report.sh renders both in
 # docs/PERFORMANCE.md ("Build time"). A measurement, never an assertion.

@@ -36,8 +36,8 @@ set(CPACK_DEBIAN_PACKAGE_RELEASE "1")
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION "admin")
 set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
-# libc6, libstdc++6, libgcc-s1 and libfmt from the binaries (nlohmann-json
-# is header-only; fmt too with UNILAB_MPS_FMT_HEADER_ONLY=ON); Slurm by hand: the plugin only loads into the Slurm
+# libc6, libstdc++6, libgcc-s1 from the binaries (fmt and nlohmann-json are
+# header-only here); Slurm by hand: the plugin only loads into the Slurm
 # series it was built against (major.minor), and slurm-wlm-basic-plugins is
 # what both slurmd and slurm-client depend on, at their exact version: it owns
 # the plugin directory and /etc/slurm/plugstack.conf.
