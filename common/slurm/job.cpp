@@ -28,6 +28,9 @@
 namespace unilab::mps {
 namespace {
 
+// "job<ID>.<node>.": what every record name of the job on the node starts with.
+std::string record_name_prefix(const std::string& job_id, const std::string& node) { return fmt::format("job{}.{}.", job_id, node); }
+
 template <typename T>
 T parse_id(const std::optional<std::string>& v, const char* name) {
   T out{};
@@ -70,7 +73,7 @@ std::string disagreement(const DaemonRecord& r, const std::string& job_id, const
     // exactly run_dir/<entry> (job_run_entry, or the record's own name where
     // earlier code wrote it). Anything else did not come from it, and root
     // must never remove, or send a daemon's commands to, what it names.
-    const std::string suffix = r.name.substr(fmt::format("job{}.{}.", job_id, node).size());
+    const std::string suffix = r.name.substr(record_name_prefix(job_id, node).size());
     const DaemonDirectories mine = daemon_directories(*run_dir, job_run_entry(job_id, node, suffix));
     const DaemonDirectories legacy = daemon_directories(*run_dir, r.name);
     const DaemonDirectories& want = r.owned_directories == std::vector<std::string>{legacy.root} ? legacy : mine;
@@ -536,7 +539,7 @@ std::string node_tag(const std::string& node) {
 }  // namespace
 
 bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node) {
-  const std::string prefix = fmt::format("job{}.{}.", job_id, node);
+  const std::string prefix = record_name_prefix(job_id, node);
   return name.starts_with(prefix) && is_daemon_suffix(std::string_view(name).substr(prefix.size()));
 }
 
@@ -549,7 +552,7 @@ std::string job_run_entry(const std::string& job_id, const std::string& node, co
 }
 
 std::optional<std::string> job_run_entry_suffix(const std::string& entry, const std::string& job_id, const std::string& node) {
-  if (is_job_daemon_name(entry, job_id, node)) return entry.substr(fmt::format("job{}.{}.", job_id, node).size());
+  if (is_job_daemon_name(entry, job_id, node)) return entry.substr(record_name_prefix(job_id, node).size());
   const std::string prefix = job_id + ".";
   const std::string tail = "." + node_tag(node);
   if (!entry.starts_with(prefix) || !entry.ends_with(tail) || entry.size() <= prefix.size() + tail.size()) return std::nullopt;
