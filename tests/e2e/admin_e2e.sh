@@ -147,7 +147,7 @@ out=$(as_user unimps1 sbatch --unilab-mps --unilab-mps-threads=25 --unilab-mps-m
   --wrap "$FAKE_CLIENT --hold 0; sleep 120" 2>&1)
 job=$(job_of "$out")
 check "sbatch with limits accepted ($out)" test -n "$job"
-clog=$RUN_DIR/job$job.n1.gpu0/log/control.log
+clog=$RUN_DIR/$(run_entry "$job" n1 0)/log/control.log
 wait_for 30 grep -qs '_client_connect' "$clog"
 t=$(first_line "$clog" 'Cmd: set_default_active_thread_percentage 25 ')
 m=$(first_line "$clog" 'Cmd: set_default_device_pinned_mem_limit 0 2048M ')
@@ -157,9 +157,9 @@ check "daemon was told set_default_device_pinned_mem_limit 0 2048M (2G, per GPU)
 check "a client connected" test "$c" -gt 0
 check "both limits came before the first client" test "$t" -gt 0 -a "$m" -gt 0 -a "$t" -lt "$c" -a "$m" -lt "$c"
 check "the daemon reports the thread percentage" bash -c "echo get_default_active_thread_percentage | \
-  su unimps1 -s /bin/sh -c 'CUDA_MPS_PIPE_DIRECTORY=$RUN_DIR/job$job.n1.gpu0/pipe $FAKES/nvidia-cuda-mps-control' | grep -qx 25.0"
+  su unimps1 -s /bin/sh -c 'CUDA_MPS_PIPE_DIRECTORY=$RUN_DIR/$(run_entry "$job" n1 0)/pipe $FAKES/nvidia-cuda-mps-control' | grep -qx 25.0"
 check "the daemon reports the pinned memory limit of its device 0" bash -c "echo get_default_device_pinned_mem_limit 0 | \
-  su unimps1 -s /bin/sh -c 'CUDA_MPS_PIPE_DIRECTORY=$RUN_DIR/job$job.n1.gpu0/pipe $FAKES/nvidia-cuda-mps-control' | grep -qx 2048M"
+  su unimps1 -s /bin/sh -c 'CUDA_MPS_PIPE_DIRECTORY=$RUN_DIR/$(run_entry "$job" n1 0)/pipe $FAKES/nvidia-cuda-mps-control' | grep -qx 2048M"
 
 st=$("$CLI" status --job "$job" --node n1 --state-dir "$STATE_DIR" --nvidia-smi "$FAKES/nvidia-smi" 2>&1)
 expect_contains "status --job (root) lists the job's daemon" "$st" "job$job.n1.gpu0"
@@ -178,7 +178,7 @@ wait_job_gone "$job" 60 >/dev/null 2>&1
 out=$(as_user unimps2 sbatch --unilab-mps=multi --unilab-mps-mem=1G --gres=gpu:2 -o /dev/null \
   --wrap "$FAKE_CLIENT --hold 0; sleep 120" 2>&1)
 job=$(job_of "$out")
-clog=$RUN_DIR/job$job.n1.multi/log/control.log
+clog=$RUN_DIR/$(run_entry "$job" n1 m)/log/control.log
 wait_for 30 grep -qs '_client_connect' "$clog"
 c=$(first_line "$clog" 'Cmd: _client_connect')
 m0=$(first_line "$clog" 'Cmd: set_default_device_pinned_mem_limit 0 1024M ')
