@@ -1,5 +1,8 @@
 // `unilab-mps doctor --node`: is this Slurm node ready for --unilab-mps jobs?
 // The checks live in common/slurm/node_doctor.cpp; this file picks the inputs and prints.
+#include <pwd.h>
+#include <unistd.h>
+
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -37,6 +40,12 @@ int cmd_node_doctor(Context& c, const ParsedArgs& a) {
   opt.slurm_conf = opt.slurm_conf_location->path;
   opt.node = slurm_node_of(a, "--node-name");
   opt.default_plugin_dir = default_plugin_dir();
+  // As root, `slurmd -V` runs as nobody (65534 where NSS does not know it):
+  // a version query needs no privilege.
+  if (geteuid() == 0) {
+    const struct passwd* nobody = getpwnam("nobody");
+    opt.version_query_as = Credentials{nobody ? nobody->pw_uid : 65534, nobody ? nobody->pw_gid : 65534};
+  }
   SystemNodeProbe probe;
   NodeDoctorReport rep = node_doctor(probe, c.runner, opt);
   if (c.json) {

@@ -69,7 +69,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
   return st;
 }
 
-std::optional<uid_t> parse_proc_status_uid(std::string_view text) {
+std::optional<std::array<uid_t, 4>> parse_proc_status_uids(std::string_view text) {
   size_t pos = text.find("\nUid:");
   if (pos == std::string_view::npos) {
     if (text.substr(0, 4) != "Uid:") return std::nullopt;
@@ -78,11 +78,21 @@ std::optional<uid_t> parse_proc_status_uid(std::string_view text) {
     pos += 1;
   }
   pos += 4;
-  while (pos < text.size() && (text[pos] == '\t' || text[pos] == ' ')) ++pos;
-  size_t end = text.find_first_of("\t \n", pos);
-  uid_t uid = 0;
-  if (!parse_num(text.substr(pos, end - pos), uid)) return std::nullopt;
-  return uid;
+  std::array<uid_t, 4> out {};
+  for (auto& uid : out) {
+    while (pos < text.size() && (text[pos] == '\t' || text[pos] == ' ')) ++pos;
+    size_t end = text.find_first_of("\t \n", pos);
+    if (end == std::string_view::npos) end = text.size();
+    if (!parse_num(text.substr(pos, end - pos), uid)) return std::nullopt;
+    pos = end;
+  }
+  return out;
+}
+
+std::optional<uid_t> parse_proc_status_uid(std::string_view text) {
+  auto uids = parse_proc_status_uids(text);
+  if (!uids) return std::nullopt;
+  return (*uids)[0];
 }
 
 std::optional<ProcStat> SystemProcReader::stat(pid_t pid) {

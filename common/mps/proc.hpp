@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text);
 
 // The real uid from the content of /proc/PID/status ("Uid:\treal\teff...").
 std::optional<uid_t> parse_proc_status_uid(std::string_view text);
+// All four of that line: real, effective, saved, filesystem.
+std::optional<std::array<uid_t, 4>> parse_proc_status_uids(std::string_view text);
 
 class ProcReader {
  public:

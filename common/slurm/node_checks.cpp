@@ -159,6 +159,11 @@ bool in_configless_cache(const NodeFacts& f, const std::string& path) {
 Result check_slurmd(const NodeFacts& f) {
   const bool running = f.slurmd_pid > 0 && f.slurmd_name && f.slurmd_name->starts_with("slurmd") && f.slurmd_started;
   if (!running) {
+    if (!f.slurmd_pid_problem.empty()) {
+      return fail(fmt::format("cannot tell whether slurmd runs: {}; root writes slurmd's pid file (SlurmdPidFile), so "
+                              "restart slurmd to rewrite it",
+                              f.slurmd_pid_problem));
+    }
     std::string why = !f.slurmd_pid_text ? "no pid file " + f.slurmd_pid_file
                                          : fmt::format("pid file {} names {}", f.slurmd_pid_file,
                                                        f.slurmd_pid > 0 ? fmt::format("pid {} ({})", f.slurmd_pid,
@@ -193,6 +198,10 @@ Result check_slurm_version(const NodeFacts& f) {
                           f.slurmd_exe.value_or("slurmd")));
   }
   if (!f.slurmd_exe) return warn("cannot tell which Slurm runs (no running slurmd to ask): release-specific advice is generic");
+  if (!f.slurmd_exe_problem.empty()) {
+    return warn(fmt::format("cannot tell which Slurm runs: {} -V was not run ({}); release-specific advice is generic",
+                            *f.slurmd_exe, f.slurmd_exe_problem));
+  }
   std::string said = f.slurmd_version_output.value_or("");
   said = said.substr(0, said.find('\n'));
   return warn(fmt::format("cannot tell which Slurm runs: {} -V said '{}'; release-specific advice is generic", *f.slurmd_exe,

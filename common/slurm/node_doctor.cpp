@@ -223,6 +223,56 @@ std::optional<std::string> SystemNodeProbe::process_exe(pid_t pid) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+std::optional<uid_t> SystemNodeProbe::process_uid(pid_t pid) {
+  auto status = read_file(fmt::format("/proc/{}/status", pid));
+  if (!status) return std::nullopt;
+  auto uids = parse_proc_status_uids(*status);
+  if (!uids) return std::nullopt;
+  for (uid_t u : *uids) {
+    if (u != 0) return u;
+  }
+  return 0;
+}
+
+bool SystemNodeProbe::process_runs(pid_t pid, const std::string& path) {
+  struct stat running {};
+  struct stat file {};
+  return ::stat(fmt::format("/proc/{}/exe", pid).c_str(), &running) == 0 && ::stat(path.c_str(), &file) == 0 &&
+         running.st_dev == file.st_dev && running.st_ino == file.st_ino;
+}
+
+std::optional<std::string> SystemNodeProbe::read_root_file(const std::string& path, std::string& problem) {
+  problem.clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) {
+      problem = errno == ELOOP ? fmt::format("{} is a symlink", path) : fmt::format("cannot open {}: {}", path, std::strerror(errno));
+    }
+    return std::nullopt;
+  }
+  struct stat st {};
+  std::optional<std::string> out;
+  if (::fstat(fd, &st) != 0) {
+    problem = fmt::format("cannot stat {}: {}", path, std::strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = fmt::format("{} is not a regular file", path);
+  } else if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    problem = fmt::format("{} is owned by uid {} with mode {:o}: not a file only root can write", path, st.st_uid,
+                          st.st_mode & 07777);
+  } else {
+    out.emplace();
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && out->size() < (1u << 16)) out->append(buf, static_cast<size_t>(n));
+    if (n < 0) {
+      problem = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+      out.reset();
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
 SocketState SystemNodeProbe::probe_socket(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return SocketState::kMissing;
@@ -341,35 +391,6 @@ void gather_plugin(NodeProbe& probe, NodeFacts& f) {
   }
 }
 
-// `slurmd -V` of the running slurmd's own executable: the release that
-// actually runs, whatever else is installed.
-void gather_slurm_version(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
-  if (f.slurmd_pid <= 0 || !f.slurmd_name || !f.slurmd_name->starts_with("slurmd")) return;
-  f.slurmd_exe = probe.process_exe(f.slurmd_pid);
-  if (!f.slurmd_exe || f.slurmd_exe->empty() || f.slurmd_exe->front() != '/') return;
-  Command c;
-  c.argv = {*f.slurmd_exe, "-V"};
-  c.timeout = std::chrono::milliseconds(5000);
-  CommandResult r = runner.run(c);
-  f.slurmd_version_output = r.ok() ? r.out : (r.exec_error.empty() ? r.err + r.out : r.exec_error);
-  if (r.ok()) f.slurm_version = parse_slurm_version(r.out);
-}
-
-void gather_slurmd(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
-  f.slurmd_pid_file =
-      expand_node_pattern(f.conf.get("slurmdpidfile").value_or(f.options.default_slurmd_pid_file), f.node, f.host);
-  f.slurmd_pid_text = probe.read_file(f.slurmd_pid_file);
-  if (f.slurmd_pid_text) f.slurmd_pid = parse_pid_file_text(*f.slurmd_pid_text).value_or(0);
-  if (f.slurmd_pid > 0) {
-    f.slurmd_name = probe.process_name(f.slurmd_pid);
-    f.slurmd_started = probe.process_start_time(f.slurmd_pid);
-  }
-  std::vector<std::string> watched = f.stack.files;
-  if (!f.plugin_lines.empty() && !f.plugin_lines.front().resolved.empty()) watched.push_back(f.plugin_lines.front().resolved);
-  for (const auto& path : watched) f.watched.push_back({path, probe.stat(path)});
-  gather_slurm_version(probe, runner, f);
-}
-
 // Every component of `path` from / down, up to the first that does not exist.
 std::vector<PathFacts> dir_chain(NodeProbe& probe, const std::string& path) {
   std::vector<std::string> components;
@@ -382,6 +403,74 @@ std::vector<PathFacts> dir_chain(NodeProbe& probe, const std::string& path) {
     if (!out.back().facts.exists) break;
   }
   return out;
+}
+
+// Why root may not run `path`: it, or a directory above it, is not root's
+// alone (a user who can write any of them can swap the file). "" when sound.
+std::string root_only_path_problem(NodeProbe& probe, const std::string& path) {
+  for (const PathFacts& c : dir_chain(probe, path)) {
+    if (!c.facts.exists) return fmt::format("{} does not exist", c.path);
+    if (c.facts.is_symlink) return fmt::format("{} is a symlink", c.path);
+    if (c.facts.uid != 0 || (c.facts.mode & (S_IWGRP | S_IWOTH))) {
+      return fmt::format("{} is owned by uid {} with mode {:o}: not root's alone", c.path, c.facts.uid, c.facts.mode);
+    }
+  }
+  return "";
+}
+
+// `slurmd -V` of the running slurmd's own executable: the release that
+// actually runs, whatever else is installed. Never a binary a user could
+// have put there (issue: a stale pid file, the pid reused by a user's
+// ~/slurmd): the process is root in all its uids (gather_slurmd), the path
+// /proc/PID/exe names is root's alone from / down and is the very file the
+// process runs (device and inode), and the query runs as
+// options.version_query_as (nobody, from the CLI as root).
+void gather_slurm_version(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
+  if (f.slurmd_pid <= 0 || !f.slurmd_name || !f.slurmd_name->starts_with("slurmd")) return;
+  f.slurmd_exe = probe.process_exe(f.slurmd_pid);
+  if (!f.slurmd_exe || f.slurmd_exe->empty() || f.slurmd_exe->front() != '/') {
+    f.slurmd_exe.reset();
+    return;
+  }
+  if (std::string why = root_only_path_problem(probe, *f.slurmd_exe); !why.empty()) {
+    f.slurmd_exe_problem = why;
+  } else if (!probe.process_runs(f.slurmd_pid, *f.slurmd_exe)) {
+    f.slurmd_exe_problem = fmt::format("{} is not the file pid {} runs (replaced since it started?)", *f.slurmd_exe, f.slurmd_pid);
+  }
+  if (!f.slurmd_exe_problem.empty()) return;
+  Command c;
+  c.argv = {*f.slurmd_exe, "-V"};
+  c.timeout = std::chrono::milliseconds(5000);
+  c.credentials = f.options.version_query_as;
+  CommandResult r = runner.run(c);
+  f.slurmd_version_output = r.ok() ? r.out : (r.exec_error.empty() ? r.err + r.out : r.exec_error);
+  if (r.ok()) f.slurm_version = parse_slurm_version(r.out);
+}
+
+// The pid file is read only when root wrote it and only root can change it,
+// and its pid taken only when that process is root's: slurmd 22.05 leaves
+// the file behind when it dies, and its pid is then anyone's to reuse.
+void gather_slurmd(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
+  f.slurmd_pid_file =
+      expand_node_pattern(f.conf.get("slurmdpidfile").value_or(f.options.default_slurmd_pid_file), f.node, f.host);
+  f.slurmd_pid_text = probe.read_root_file(f.slurmd_pid_file, f.slurmd_pid_problem);
+  if (f.slurmd_pid_text) f.slurmd_pid = parse_pid_file_text(*f.slurmd_pid_text).value_or(0);
+  if (f.slurmd_pid > 0) {
+    f.slurmd_name = probe.process_name(f.slurmd_pid);
+    f.slurmd_started = probe.process_start_time(f.slurmd_pid);
+    std::optional<uid_t> uid = probe.process_uid(f.slurmd_pid);
+    if (f.slurmd_name && uid && *uid != 0) {
+      f.slurmd_pid_problem = fmt::format("pid {} ({}) runs as uid {}, not root: not slurmd (the pid file is stale)", f.slurmd_pid,
+                                         *f.slurmd_name, *uid);
+      f.slurmd_pid = 0;
+      f.slurmd_name.reset();
+      f.slurmd_started.reset();
+    }
+  }
+  std::vector<std::string> watched = f.stack.files;
+  if (!f.plugin_lines.empty() && !f.plugin_lines.front().resolved.empty()) watched.push_back(f.plugin_lines.front().resolved);
+  for (const auto& path : watched) f.watched.push_back({path, probe.stat(path)});
+  gather_slurm_version(probe, runner, f);
 }
 
 void gather_tools(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {

@@ -24,9 +24,6 @@
 #include "common/slurm/slurm_series.hpp"
 #include "common/mps/nvidia_checks.hpp"
 #include "common/mps/status.hpp"
-#include "common/mps/runner.hpp"
-#include "common/slurm/slurm_config.hpp"
-#include "common/mps/status.hpp"
 
 namespace unilab::mps {
 
@@ -60,6 +57,18 @@ class NodeProbe {
   virtual std::optional<double> process_start_time(pid_t pid) = 0;
   // The executable of a process (readlink /proc/PID/exe); nullopt when unknown.
   virtual std::optional<std::string> process_exe(pid_t pid) = 0;
+  // The process's uid when its real, effective, saved and filesystem uids
+  // are one; else the first of them that is not 0 (so "0" means root in all
+  // four). nullopt when gone or unreadable.
+  virtual std::optional<uid_t> process_uid(pid_t pid) = 0;
+  // Whether `path` (followed) is the very file the process executes: the
+  // same device and inode as /proc/PID/exe.
+  virtual bool process_runs(pid_t pid, const std::string& path) = 0;
+  // A file root wrote and only root can change: read only when it is a
+  // regular file (never through a symlink, never a FIFO or device, opened
+  // without blocking) owned by uid 0 and not writable by group or others.
+  // Otherwise nullopt, and `problem` says why ("" when it does not exist).
+  virtual std::optional<std::string> read_root_file(const std::string& path, std::string& problem) = 0;
   virtual SocketState probe_socket(const std::string& path) = 0;
   virtual std::string hostname() = 0;  // short host name
 };
@@ -74,6 +83,9 @@ class SystemNodeProbe final : public NodeProbe {
   std::optional<std::string> process_name(pid_t pid) override;
   std::optional<double> process_start_time(pid_t pid) override;
   std::optional<std::string> process_exe(pid_t pid) override;
+  std::optional<uid_t> process_uid(pid_t pid) override;
+  bool process_runs(pid_t pid, const std::string& path) override;
+  std::optional<std::string> read_root_file(const std::string& path, std::string& problem) override;
   SocketState probe_socket(const std::string& path) override;
   std::string hostname() override;
 };
@@ -124,6 +136,10 @@ struct NodeDoctorOptions {
   std::string default_plugin_dir;                     // Slurm's PluginDir when slurm.conf sets none
   std::string default_slurmd_pid_file = "/var/run/slurmd.pid";
   double mtime_slack_s = 0.1;                         // /proc start times have clock-tick resolution
+  // Who `slurmd -V` runs as (the CLI: nobody when it runs as root). The
+  // binary is the running slurmd's own, proved so (docs/DESIGN.md, trust
+  // rules), but a version query needs no privilege.
+  std::optional<Credentials> version_query_as;
 };
 
 // One row of the node's GPU table: GRES index -> device -> minor -> nvidia-smi index -> UUID.
@@ -164,12 +180,14 @@ struct NodeFacts {
   // slurmd
   std::string slurmd_pid_file;
   std::optional<std::string> slurmd_pid_text;
+  std::string slurmd_pid_problem;  // the pid file or its process is not root's: why (the pid is then 0)
   pid_t slurmd_pid = 0;
   std::optional<std::string> slurmd_name;
   std::optional<double> slurmd_started;
   std::vector<PathFacts> watched;  // plugstack files and the plugin: slurmd reads them at start
   std::optional<std::string> slurmd_exe;
   std::optional<std::string> slurmd_version_output;  // `slurmd -V`, or why it did not run
+  std::string slurmd_exe_problem;  // why slurmd_exe was not run (not root's, not the running binary)
   std::optional<SlurmVersion> slurm_version;
   // the plugin's directories, each component from / down to the leaf
   std::vector<PathFacts> state_dir_chain, run_dir_chain;

@@ -43,6 +43,23 @@ class FakeNodeProbe final : public NodeProbe {
     auto it = exes.find(pid);
     return it == exes.end() ? std::nullopt : std::optional<std::string>(it->second);
   }
+  std::optional<uid_t> process_uid(pid_t pid) override {
+    if (!procs.count(pid)) return std::nullopt;
+    auto it = uids.find(pid);
+    return it == uids.end() ? 0 : it->second;
+  }
+  bool process_runs(pid_t pid, const std::string& path) override {
+    auto it = exes.find(pid);
+    return it != exes.end() && it->second == path && !replaced.count(path);
+  }
+  std::optional<std::string> read_root_file(const std::string& path, std::string& problem) override {
+    problem.clear();
+    if (auto it = root_file_problems.find(path); it != root_file_problems.end()) {
+      problem = it->second;
+      return std::nullopt;
+    }
+    return read_file(path);
+  }
   SocketState probe_socket(const std::string& path) override {
     auto it = sockets.find(path);
     return it == sockets.end() ? SocketState::kMissing : it->second;
@@ -73,6 +90,9 @@ class FakeNodeProbe final : public NodeProbe {
   std::map<pid_t, std::pair<std::string, double>> procs;
   std::map<std::string, SocketState> sockets;
   std::map<pid_t, std::string> exes;
+  std::map<pid_t, uid_t> uids;                            // absent: root
+  std::set<std::string> replaced;                         // on disk, no longer the file the process runs
+  std::map<std::string, std::string> root_file_problems;  // read_root_file refuses these
   std::string host = "host2";
 };
 
@@ -103,6 +123,9 @@ class NodeDoctorTest : public ::testing::Test {
     probe.files["/run/slurmd-gpu02.pid"] = "4242\n";
     probe.procs[4242] = {"slurmd", 1000.0};
     probe.exes[4242] = "/usr/sbin/slurmd";
+    probe.facts["/usr"] = FakeNodeProbe::dir(0, 0755);
+    probe.facts["/usr/sbin"] = FakeNodeProbe::dir(0, 0755);
+    probe.facts["/usr/sbin/slurmd"] = FakeNodeProbe::file(0, 0755);
     probe.facts["/"] = FakeNodeProbe::dir(0, 0755);
     probe.facts["/run"] = FakeNodeProbe::dir(0, 0755);
     probe.facts["/run/unilab-mps"] = FakeNodeProbe::dir(0, 0755);
@@ -435,6 +458,61 @@ TEST_F(NodeDoctorTest, AsksTheRunningSlurmdForItsVersion) {
   EXPECT_TRUE(rep.ok());
 }
 
+// The attack of a stale pid file: slurmd died without removing it, a user's
+// process took its pid and runs ~/slurmd. Root's doctor must never run a
+// binary a user could have placed, and says why it did not.
+TEST_F(NodeDoctorTest, NeverRunsABinaryAUserCouldHavePlacedAsSlurmd) {
+  probe.facts["/home"] = FakeNodeProbe::dir(0, 0755);
+  probe.facts["/home/u"] = FakeNodeProbe::dir(1000, 0755);
+  probe.facts["/home/u/slurmd"] = FakeNodeProbe::file(1000, 0755);
+  // The pid belongs to a user's process named slurmd.
+  probe.uids[4242] = 1000;
+  probe.exes[4242] = "/home/u/slurmd";
+  NodeDoctorReport rep = run();
+  EXPECT_EQ(runner.count_program("/home/u/slurmd"), 0u);
+  EXPECT_EQ(runner.count_program("/usr/sbin/slurmd"), 0u);
+  EXPECT_EQ(check(rep, "slurmd").status, CheckStatus::kFail);
+  EXPECT_NE(check(rep, "slurmd").detail.find("pid 4242 (slurmd) runs as uid 1000, not root"), std::string::npos)
+      << check(rep, "slurmd").detail;
+  EXPECT_EQ(check(rep, "slurm-version").status, CheckStatus::kWarn);
+  // Root's process, but its binary sits where a user can swap it.
+  probe.uids.erase(4242);
+  rep = run();
+  EXPECT_EQ(runner.count_program("/home/u/slurmd"), 0u);
+  EXPECT_EQ(check(rep, "slurm-version").status, CheckStatus::kWarn);
+  EXPECT_NE(check(rep, "slurm-version").detail.find("/home/u is owned by uid 1000"), std::string::npos)
+      << check(rep, "slurm-version").detail;
+  // A root-owned but group-writable binary is no better.
+  probe.exes[4242] = "/usr/sbin/slurmd";
+  probe.facts["/usr/sbin/slurmd"] = FakeNodeProbe::file(0, 0775);
+  EXPECT_NE(check(run(), "slurm-version").detail.find("/usr/sbin/slurmd is owned by uid 0 with mode 775"), std::string::npos);
+  // The right path, but not the file the process runs (replaced on disk).
+  probe.facts["/usr/sbin/slurmd"] = FakeNodeProbe::file(0, 0755);
+  probe.replaced.insert("/usr/sbin/slurmd");
+  EXPECT_NE(check(run(), "slurm-version").detail.find("is not the file pid 4242 runs"), std::string::npos);
+  EXPECT_EQ(runner.count_program("/usr/sbin/slurmd"), 0u);
+  // A pid file a user could have written or swapped is not read at all.
+  probe.replaced.clear();
+  probe.root_file_problems["/run/slurmd-gpu02.pid"] = "/run/slurmd-gpu02.pid is a symlink";
+  rep = run();
+  EXPECT_EQ(check(rep, "slurmd").status, CheckStatus::kFail);
+  EXPECT_NE(check(rep, "slurmd").detail.find("cannot tell whether slurmd runs: /run/slurmd-gpu02.pid is a symlink"),
+            std::string::npos)
+      << check(rep, "slurmd").detail;
+  EXPECT_EQ(runner.count_program("/usr/sbin/slurmd"), 0u);
+  // All sound: asked once, as whom the options say.
+  probe.root_file_problems.clear();
+  opt.version_query_as = Credentials{65534, 65534};
+  rep = run();
+  ASSERT_EQ(runner.count_program("/usr/sbin/slurmd"), 1u);
+  for (const auto& c : runner.commands) {
+    if (c.argv[0] != "/usr/sbin/slurmd") continue;
+    ASSERT_TRUE(c.credentials);
+    EXPECT_EQ(c.credentials->uid, 65534u);
+  }
+  EXPECT_EQ(check(rep, "slurm-version").status, CheckStatus::kOk);
+}
+
 TEST(PlugstackTest, ParsesLikeSlurm) {
   FakeNodeProbe probe;
   probe.files["/e/plugstack.conf"] =
@@ -528,6 +606,44 @@ TEST_F(NodeDoctorTest, NodePluginConfigLeavesASharedHostToTheCaller) {
   NodePluginConfig n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
   EXPECT_EQ(n.node, "");
   EXPECT_EQ(n.host_nodes, (std::vector<std::string>{"n1", "n2"}));
+}
+
+// The real probe's guards, on real files and this very process.
+TEST(SystemNodeProbeTest, ReadsRootFilesOnlyWhenOnlyRootCanWriteThem) {
+  test::TempDir tmp;
+  SystemNodeProbe probe;
+  std::string problem;
+  test::write_text(tmp / "pid", "4242\n", 0644);
+  auto text = probe.read_root_file(tmp / "pid", problem);
+  if (geteuid() == 0) {
+    EXPECT_EQ(text.value_or(""), "4242\n") << problem;
+    EXPECT_EQ(problem, "");
+  } else {
+    EXPECT_FALSE(text);
+    EXPECT_NE(problem.find("owned by uid " + std::to_string(geteuid())), std::string::npos) << problem;
+  }
+  chmod((tmp / "pid").c_str(), 0666);
+  EXPECT_FALSE(probe.read_root_file(tmp / "pid", problem));
+  EXPECT_NE(problem.find("mode 666: not a file only root can write"), std::string::npos) << problem;
+  ASSERT_EQ(symlink((tmp / "pid").c_str(), (tmp / "link").c_str()), 0);
+  EXPECT_FALSE(probe.read_root_file(tmp / "link", problem));
+  EXPECT_EQ(problem, tmp / "link" + " is a symlink");
+  // A FIFO would block an ifstream forever; here it is refused at once.
+  ASSERT_EQ(mkfifo((tmp / "fifo").c_str(), 0644), 0);
+  EXPECT_FALSE(probe.read_root_file(tmp / "fifo", problem));
+  EXPECT_EQ(problem, tmp / "fifo" + " is not a regular file");
+  EXPECT_FALSE(probe.read_root_file(tmp / "missing", problem));
+  EXPECT_EQ(problem, "");
+}
+
+TEST(SystemNodeProbeTest, KnowsAProcessesUidAndTheFileItRuns) {
+  SystemNodeProbe probe;
+  EXPECT_EQ(probe.process_uid(getpid()), geteuid());
+  auto exe = probe.process_exe(getpid());
+  ASSERT_TRUE(exe);
+  EXPECT_TRUE(probe.process_runs(getpid(), *exe));
+  EXPECT_FALSE(probe.process_runs(getpid(), "/bin/sh"));
+  EXPECT_FALSE(probe.process_uid(-5));
 }
 
 }  // namespace
