@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -99,7 +100,7 @@ std::vector<Limit> user_limits() {
 // up once per user and process: a prolog runs the tools of a node's daemons
 // as one user from several threads, and each lookup reads the NSS sources
 // (the first also loads their modules).
-std::vector<gid_t> supplementary_groups(uid_t uid, gid_t gid) {
+std::optional<std::vector<gid_t>> supplementary_groups(uid_t uid, gid_t gid) {
   static std::mutex mu;
   static std::map<std::pair<uid_t, gid_t>, std::vector<gid_t>> known;
   std::lock_guard lock(mu);
@@ -112,8 +113,10 @@ std::vector<gid_t> supplementary_groups(uid_t uid, gid_t gid) {
     int n = 64;
     groups.resize(static_cast<size_t>(n));
     if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) {
+      // Too small: n is now the count. A second failure (the groups
+      // changed in between) is no list to trust: refuse, never a partial one.
       groups.resize(static_cast<size_t>(n));
-      getgrouplist(pw.pw_name, gid, groups.data(), &n);
+      if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) return std::nullopt;
     }
     groups.resize(static_cast<size_t>(n));
   }
@@ -132,13 +135,26 @@ std::string prepare(const Command& c, Prepared& p, bool new_session) {
   p.argv.push_back(nullptr);
   for (const auto& e : c.env) p.envp.push_back(const_cast<char*>(e.c_str()));
   p.envp.push_back(nullptr);
-  if (c.credentials && (geteuid() == 0) && (c.credentials->uid != 0 || c.credentials->gid != 0)) {
+  // Root is root in all three uids. A caller with a mixed set (ruid 0 and
+  // euid the user, say) is neither: its "user" tool would run with uid 0
+  // and could regain root, so it is refused, never run as it is.
+  uid_t ruid = 0, euid = 0, suid = 0;
+  getresuid(&ruid, &euid, &suid);
+  const bool root = ruid == 0 && euid == 0 && suid == 0;
+  const bool mixed = !root && (ruid == 0 || euid == 0 || suid == 0);
+  if (c.credentials && root && (c.credentials->uid != 0 || c.credentials->gid != 0)) {
     p.drop = true;
     p.uid = c.credentials->uid;
     p.gid = c.credentials->gid;
     p.limits = user_limits();
-    p.groups = supplementary_groups(p.uid, p.gid);
-  } else if (c.credentials && geteuid() != 0 && c.credentials->uid != geteuid()) {
+    auto groups = supplementary_groups(p.uid, p.gid);
+    if (!groups) return fmt::format("cannot run {} as uid {}: cannot list that user's groups", c.argv[0], p.uid);
+    p.groups = *groups;
+  } else if (c.credentials && mixed) {
+    return fmt::format("cannot run {} as uid {}: this process has mixed credentials (uids {} {} {}); refusing rather than run "
+                       "a tool that could regain root",
+                       c.argv[0], c.credentials->uid, ruid, euid, suid);
+  } else if (c.credentials && !root && c.credentials->uid != euid) {
     return fmt::format("cannot run {} as uid {}: only root can switch users", c.argv[0], c.credentials->uid);
   }
   return {};
@@ -150,15 +166,14 @@ std::string prepare(const Command& c, Prepared& p, bool new_session) {
 #define UNILAB_CHILD_CODE __attribute__((no_sanitize("address")))
 
 // Raw system calls for what the child changes of its credentials and signal
-// state. The child of SystemRunner shares its parent's memory (CLONE_VM,
-// see spawn_child). glibc's setuid/setgid/setgroups, in a process with
-// threads, mark and signal every thread on the process's thread list to
-// make all of them change (the "setxid" broadcast): from the child that list
-// is its root parent's live threads. And a sanitizer's sigaction
-// interceptor would record the child's dispositions in the parent's memory.
-// A raw call changes the calling task alone and writes nothing of the
-// parent's. For exec_replace (no child) the same is right: exec follows at
-// once and ends every other thread.
+// state. glibc's setuid/setgid/setgroups, in a process with threads, mark
+// and signal every thread on the process's thread list to make all of them
+// change (the "setxid" broadcast): in a child, that list is the parent's
+// threads (shared under CLONE_VM, a stale copy after a raw fork). And a
+// sanitizer's sigaction interceptor would record the child's dispositions
+// in the parent's memory (CLONE_VM). A raw call changes the calling task
+// alone and writes nothing of the parent's. For exec_replace (no child)
+// the same is right: exec follows at once and ends every other thread.
 UNILAB_CHILD_CODE long raw_setgroups(const std::vector<gid_t>& g) { return syscall(SYS_setgroups, g.size(), g.data()); }
 UNILAB_CHILD_CODE long raw_setresgid(gid_t g) { return syscall(SYS_setresgid, g, g, g); }
 UNILAB_CHILD_CODE long raw_setresuid(uid_t u) { return syscall(SYS_setresuid, u, u, u); }
@@ -225,6 +240,11 @@ UNILAB_CHILD_CODE int become_tool_process(const Prepared& p) {
     if (raw_setresgid(p.gid) != 0) return errno;
     if (raw_setresuid(p.uid) != 0) return errno;
     if (raw_setresuid(0) == 0 || raw_setresgid(0) == 0) return EPERM;  // the drop must be irreversible
+    // Not traceable or readable by the user until the exec (which sets
+    // dumpable again from the binary): with fs.suid_dumpable=1 the kernel
+    // leaves a process that changed its uid dumpable, and this one still
+    // holds the root caller's data.
+    if (syscall(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return errno;
   }
   return 0;
 }
@@ -262,6 +282,7 @@ UNILAB_CHILD_CODE void close_fds_from(int from, int keep) {
 struct ChildArgs {
   const Prepared* p;
   int in, out, err, status;
+  void (*after_drop)() = nullptr;  // RunnerOptions::after_drop
 };
 UNILAB_CHILD_CODE [[noreturn]] void child_exec(const ChildArgs& a) {
   reset_signals();
@@ -276,28 +297,42 @@ UNILAB_CHILD_CODE [[noreturn]] void child_exec(const ChildArgs& a) {
   // Everything above 2 but the exec-status pipe (close-on-exec) is closed.
   close_fds_from(3, status_fd);
   if (int e = become_tool_process(*a.p); e != 0) child_fail(status_fd, e);
+  if (a.after_drop != nullptr && a.p->drop) a.after_drop();
   execve(a.p->argv[0], a.p->argv.data(), a.p->envp.data());
   child_fail(status_fd, errno);
 }
 
 UNILAB_CHILD_CODE int child_main(void* arg) { child_exec(*static_cast<const ChildArgs*>(arg)); }
 
-// Starts the child of SystemRunner::run: clone(CLONE_VM | CLONE_VFORK), as
-// posix_spawn does, not fork. A fork copies the page tables of a process
-// with several threads (the prolog starts a node's daemons at once, each
-// thread running tools) and every page either side then writes costs a
-// copy and a TLB shoot-down: most of a tool start's cost here. This thread
-// waits until the child has exec'd or died, so the child's stack is a
-// buffer on this thread's own (as musl's posix_spawn does): nothing is
-// allocated, which a caller at its address-space limit (RLIMIT_AS) could
-// not do. Every signal is blocked across the clone, so no handler of ours
+// Starts the child of SystemRunner::run.
+//  - A root tool (no credential change): clone(CLONE_VM | CLONE_VFORK), as
+//    posix_spawn does, not fork. A fork copies the page tables of a process
+//    with several threads (the prolog starts a node's daemons at once, each
+//    thread running tools) and every page either side then writes costs a
+//    copy and a TLB shoot-down. This thread waits until the child has
+//    exec'd or died, so the child's stack is a buffer on this thread's own
+//    (as musl's posix_spawn does): nothing is allocated, which a caller at
+//    its address-space limit (RLIMIT_AS) could not do.
+//  - A tool that drops to a user: fork. After the drop the user owns the
+//    child and can signal it; a SIGSTOP then, under CLONE_VFORK, would hold
+//    this root thread inside clone() (no timeout runs there), and a child in
+//    the caller's memory would be a root write primitive to whoever can
+//    trace it. A forked child holds a copy, and this thread returns at
+//    once, so the timeout covers the whole start.
+// Every signal is blocked across the clone or fork, so no handler of ours
 // runs in the child.
 UNILAB_CHILD_CODE pid_t spawn_child(const ChildArgs& args) {
   alignas(64) char stack[64 * 1024];
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = clone(child_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<ChildArgs*>(&args));
+  pid_t pid;
+  if (args.p->drop) {
+    pid = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0));
+    if (pid == 0) child_exec(args);
+  } else {
+    pid = clone(child_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<ChildArgs*>(&args));
+  }
   const int e = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   errno = e;
@@ -414,7 +449,7 @@ CommandResult SystemRunner::run(const Command& c) {
     return result;  // the few fds leaked here are closed at exit; this path needs fd exhaustion
   }
   const auto deadline = std::chrono::steady_clock::now() + c.timeout;
-  pid_t pid = spawn_child(ChildArgs{&p, in[0], out[1], err[1], status[1]});
+  pid_t pid = spawn_child(ChildArgs{&p, in[0], out[1], err[1], status[1], options_.after_drop});
   if (pid < 0) {
     result.exec_error = fmt::format("cannot start {}: {}", c.argv[0], std::strerror(errno));
     for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1], status[0], status[1]}) close(fd);
@@ -458,8 +493,10 @@ CommandResult SystemRunner::run(const Command& c) {
     if (pidfd >= 0) fds[n++] = {pidfd, POLLIN, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
+      // Our unreaped child's pid (and so its group id) cannot be reused;
+      // the pidfd names the child itself whatever happens.
       kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
+      if (pidfd < 0 || syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) != 0) kill(pid, SIGKILL);
       result.timed_out = true;
       auto wait = options_.wait_until ? options_.wait_until : wait_child_until;
       ChildWait w = wait(pid, std::chrono::steady_clock::now() + options_.kill_grace);

@@ -71,9 +71,13 @@ struct RunnerOptions {
   std::chrono::milliseconds kill_grace = kKillGrace;
   // Test seam: how a killed child is waited for (default wait_child_until).
   std::function<ChildWait(pid_t, std::chrono::steady_clock::time_point)> wait_until;
+  // Test seam: runs in the child right after its credential change, before
+  // the exec: the moment a user could first signal it. Async-signal-safe
+  // code only (e.g. raising SIGSTOP, as that user could).
+  void (*after_drop)() = nullptr;
 };
 
-// The real runner: fork + execve. Output is collected until the child exits;
+// The real runner: clone or fork, then execve (spawn_child, runner.cpp). Output is collected until the child exits;
 // whatever a daemonizing child leaves open does not keep us waiting. Every
 // wait has a deadline: `timeout` for the whole run (exec included), then
 // SIGKILL to the child's process group and at most kill_grace more; a child

@@ -2,7 +2,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +15,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <future>
 #include <latch>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "tests/unit/doubles.hpp"
@@ -406,6 +411,109 @@ TEST(SystemRunner, ToolsRunAsAUserLeaveTheCallersThreadsAsTheyWere) {
     ASSERT_TRUE(res.ok()) << res.describe() << res.err;
     EXPECT_EQ(res.out, "Uid:\t65534\t65534\t65534\t65534\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
   }
+}
+
+// Issue #22 item 2: once the child has dropped to the user, the user can
+// SIGSTOP it before its exec. Under clone(CLONE_VFORK) that held this root
+// thread inside clone() (a 20 ms timeout took 64 s); now the timeout covers
+// the stopped child too. The seam stops the child exactly in that window.
+void stop_self() { syscall(SYS_kill, syscall(SYS_getpid), SIGSTOP); }
+
+// Children of this process that are stopped (state T): the ones a failing
+// run leaves behind.
+std::vector<pid_t> stopped_children() {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string st;
+    try { st = test::read_text(e.path().string() + "/stat"); } catch (...) { continue; }
+    auto close = st.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(st.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == getpid() && (state == 'T' || state == 't')) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+TEST(SystemRunner, AUserStoppingTheChildBeforeItsExecCannotHoldTheCaller) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials";
+  RunnerOptions o;
+  o.after_drop = stop_self;
+  SystemRunner r(o);
+  Command c;
+  c.argv = {"/bin/true"};
+  c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+  c.timeout = 300ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto run = std::async(std::launch::async, [&] { return r.run(c); });
+  const bool returned = run.wait_for(5s) == std::future_status::ready;
+  if (!returned) {
+    for (pid_t pid : stopped_children()) kill(pid, SIGKILL);  // let the held thread go
+  }
+  CommandResult res = run.get();
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  ASSERT_TRUE(returned) << "a child stopped after its drop held the caller for " << took.count() << " ms (timeout 300 ms)";
+  EXPECT_TRUE(res.timed_out) << res.describe();
+  EXPECT_FALSE(res.abandoned) << res.describe();
+  EXPECT_TRUE(stopped_children().empty());
+}
+
+// ... and until that exec the child is not the user's to trace or read:
+// checked with fs.suid_dumpable=1, where the kernel alone would leave it
+// dumpable after the uid change.
+void report_dumpable() {
+  const char* msg = syscall(SYS_prctl, PR_GET_DUMPABLE, 0, 0, 0, 0) == 0 ? "not dumpable\n" : "dumpable\n";
+  syscall(SYS_write, 1, msg, std::strlen(msg));
+}
+
+TEST(SystemRunner, TheChildIsNotDumpableBetweenItsDropAndItsExec) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials, fs.suid_dumpable";
+  const std::string knob = "/proc/sys/fs/suid_dumpable";
+  const std::string before = test::read_text(knob);
+  {
+    std::ofstream w(knob);
+    w << "1\n";
+    if (!w.flush()) GTEST_SKIP() << "cannot set " << knob << " (a read-only /proc/sys)";
+  }
+  RunnerOptions o;
+  o.after_drop = report_dumpable;
+  SystemRunner r(o);
+  Command c;
+  c.argv = {"/bin/true"};
+  c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+  CommandResult res = r.run(c);
+  std::ofstream(knob) << before;
+  ASSERT_TRUE(res.ok()) << res.describe() << res.err;
+  EXPECT_EQ(res.out, "not dumpable\n");
+}
+
+// Item 6: a caller that is root in its real uid but the user in its
+// effective one (no caller does this today) is neither root nor the user:
+// its "user" tool would run as uid 0 U U and could regain root. Refused.
+TEST(SystemRunner, RefusesToRunAToolFromMixedCredentials) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (syscall(SYS_setresuid, 0, test::kOtherUid, 0) != 0) _exit(2);
+    SystemRunner r;
+    Command c;
+    c.argv = {"/bin/grep", "^Uid:", "/proc/self/status"};
+    c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+    CommandResult res = r.run(c);
+    const bool refused = res.exec_error.find("mixed credentials (uids 0 " + std::to_string(test::kOtherUid) + " 0)") !=
+                         std::string::npos;
+    if (!refused) std::fprintf(stderr, "ran: %s out=%s\n", res.describe().c_str(), res.out.c_str());
+    _exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a mixed-credential caller ran its tool (see stderr)";
 }
 
 TEST(ExecReplace, DropsAndResetsLikeTheRunnerButKeepsTheTerminalSession) {
