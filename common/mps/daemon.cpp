@@ -1,6 +1,7 @@
 #include "common/mps/daemon.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -154,9 +155,15 @@ struct Layout {
 };
 
 // Mounts the daemon's private tmpfs on `<base>/<name>` (root only) and
-// returns that directory again (now the tmpfs root).
-Fd mount_private_dir(int base, const StartRequest& req, const std::string& path, bool created) {
+// returns that directory again (now the tmpfs root). The mount point is
+// root's, 0700, until the tmpfs is on it, and the tmpfs root is the user's
+// from its uid=/gid=/mode= options: at no moment can the user open the
+// directory underneath (and write past dir_size= on the run dir's own file
+// system, /run, through a descriptor kept from before the mount).
+Fd mount_private_dir(int base, const StartRequest& req, const std::string& path) {
   if (std::string e = unmount_private_fs(base, req.entry(), path); !e.empty()) throw CudaMpsError(e);
+  bool created = false;
+  ensure_private_dir(base, req.entry(), 0, 0, &created);
   try {
     mount_private_fs(base, req.entry(), path, req.uid, req.gid, *req.private_fs);
   } catch (const CudaMpsError&) {
@@ -174,11 +181,11 @@ void prepare_default_layout(const StartRequest& req, Layout& l) {
   // can traverse; a user: 0700), so only that identity may own its path.
   const bool root = geteuid() == 0;
   Fd base = ensure_trusted_dir(req.base_directory, geteuid(), geteuid(), getegid(), root ? 0755 : 0700);
-  bool created = false;
-  Fd named = ensure_private_dir(base.get(), req.entry(), req.uid, req.gid, &created);
+  const bool existed = faccessat(base.get(), req.entry().c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+  Fd named = req.private_fs && root ? mount_private_dir(base.get(), req, dirs.root)
+                                    : ensure_private_dir(base.get(), req.entry(), req.uid, req.gid);
   l.owned.push_back(dirs.root);
-  if (created) l.created.push_back(dirs.root);
-  if (req.private_fs && root) named = mount_private_dir(base.get(), req, dirs.root, created);
+  if (!existed) l.created.push_back(dirs.root);
   if (!req.pipe_directory) {
     ensure_private_dir(named.get(), kPipeLeaf, req.uid, req.gid);
     l.pipe = dirs.pipe;
@@ -516,6 +523,17 @@ std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
       if (geteuid() == 0) {
         if (std::string e = unmount_private_fs(p.get(), leaf, dir); !e.empty()) {
           errors.push_back(e);
+          continue;
+        }
+        // That mount point is root's (mount_private_dir): the user never
+        // could write into it, so it is empty unless root put something
+        // there, which is not this removal's to take.
+        struct stat st {};
+        if (record.uid != 0 && fstatat(p.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+            st.st_uid == 0) {
+          if (unlinkat(p.get(), leaf.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+            errors.push_back(fmt::format("{}: root's mount point is not empty ({}); left in place", dir, std::strerror(errno)));
+          }
           continue;
         }
       }

@@ -32,6 +32,20 @@ void mount_private_fs(int parent_fd, const std::string& name, const std::string&
                                    "keep the directories on the run dir's file system",
                                    path, std::strerror(err)));
   }
+  // Private propagation: what the user mounts below it (FUSE on pipe/ where
+  // user_allow_other is set) stays in this mount namespace instead of
+  // reaching every peer of a shared /run. Unmount propagation follows the
+  // parent mount, so the epilog's unmount still reaches the same places.
+  int top = openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct statfs fs {};
+  if (top < 0 || fstatfs(top, &fs) != 0 || fs.f_type != TMPFS_MAGIC ||
+      mount(nullptr, fmt::format("/proc/self/fd/{}", top).c_str(), nullptr, MS_PRIVATE, nullptr) != 0) {
+    err = errno;
+    if (top >= 0) close(top);
+    umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+    throw CudaMpsError(fmt::format("cannot make the daemon's private tmpfs on {} a private mount: {}", path, std::strerror(err)));
+  }
+  close(top);
 }
 
 std::string unmount_private_fs(int parent_fd, const std::string& name, const std::string& path) {

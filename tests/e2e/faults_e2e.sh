@@ -550,6 +550,49 @@ EOF
   epilog 156
   expect_nothing_left attack-env-injection 156
   case_end "daemon environ keys: ${env_keys}; tools run: ${ran}; children that loaded LD_PRELOAD or ran from PATH: $(grep -cv "$STAGE/bin/unilab-mps-" "$STAGE/evil.log")"
+
+  attack_tmpfs_mount_point
+}
+
+# The daemon's directory gets its own tmpfs. Were its mount point the
+# user's before the mount, a process of the user could open it in that
+# window and, through that descriptor, write below the tmpfs: on the run
+# dir's own file system (/run, shared with munged and slurmd), past
+# dir_size=. The mount point must be root's, 0700, before, during and after
+# the mount: it is made so (mkdir 0700 by root, never chowned) and seen so
+# through a non-recursive bind mount of the run dir, which shows what lies
+# under the tmpfs. (A racer of the user polling for the new directory from
+# Python never hit the window in 3 runs of the old code: the check is the
+# owner, not luck.)
+attack_tmpfs_mount_point() {
+  case_begin attack-tmpfs-mount-point "the mount point under a daemon's private tmpfs is root's 0700 (the user owns only the tmpfs root), so no process of the user can hold it open to write past the tmpfs; nothing left"
+  local entry=$H/run/$(run_entry 157 n1 0) under=$STAGE/under shared=0
+  # The run dir on a shared mount, as systemd makes / and /run: a mount
+  # below it propagates unless it is made private.
+  mount --bind "$H/run" "$H/run" && mount --make-shared "$H/run" && shared=1
+  check "attack-tmpfs-mount-point: the run dir is a shared mount for this case" test "$shared" = 1
+  prolog 157
+  expect_eq "attack-tmpfs-mount-point: prolog exits 0" 0 "$PRO_RC"
+  check "attack-tmpfs-mount-point: the daemon's dir is a tmpfs mount" grep -q " $entry tmpfs " /proc/mounts
+  expect_eq "attack-tmpfs-mount-point: the tmpfs root is the user's, 0700" "$U1 700" "$(stat -c '%u %a' "$entry")"
+  # Private propagation: a FUSE mount the user puts below stays in this namespace.
+  expect_eq "attack-tmpfs-mount-point: the tmpfs is a private mount" private "$(findmnt -n -o PROPAGATION "$entry")"
+  mkdir -p "$under"
+  local below=""
+  if mount --bind "$H/run" "$under"; then
+    below=$(stat -c '%u %a' "$under/$(basename "$entry")")
+    expect_eq "attack-tmpfs-mount-point: the mount point under it is root's, 0700" "0 700" "$below"
+    check_not "attack-tmpfs-mount-point: the user cannot open the mount point" su unimps1 -s /bin/sh -c "ls $under/$(basename "$entry")"
+    umount "$under"
+  else
+    fail "attack-tmpfs-mount-point: cannot bind-mount $H/run to look under the tmpfs"
+  fi
+  epilog 157
+  expect_eq "attack-tmpfs-mount-point: epilog exits 0" 0 "$EPI_RC"
+  check_not "attack-tmpfs-mount-point: the mount is gone" grep -q " $entry tmpfs " /proc/mounts
+  expect_nothing_left attack-tmpfs-mount-point 157
+  [ "$shared" = 1 ] && umount "$H/run"
+  case_end "under the tmpfs: '$below'; epilog rc=$EPI_RC"
 }
 
 # ---------------------------------------------------------------- cli part
@@ -666,6 +709,58 @@ cli_part() {
   UNILAB_MPS_STATE_DIR=$C/root-state UNILAB_MPS_RUN_DIR=$C/root-run "$B" stop rootd >/dev/null 2>&1
   epilog 170 SLURM_JOB_UID="$U2" SLURM_JOB_GID="$G2" SLURMD_NODENAME="$HOST"
   unset UNILAB_MPS_STATE_DIR UNILAB_MPS_RUN_DIR
+
+  attack_doctor_stale_pid
+}
+
+# slurmd died and left its pid file (22.05 removes it only on a clean exit);
+# unimps1 forked until it owned that pid, running its own ~/slurmd. Root's
+# `doctor --node` must neither run that binary nor call it slurmd; nor read
+# a pid file the user wrote or links. The binary leaves a marker whenever
+# it runs with -V, and runs so once as the user first (the probe fires).
+attack_doctor_stale_pid() {
+  local D=$C/doctor out rc results="" uhome=$C/doctor/home
+  mkdir -p "$D"
+  install -d -o unimps1 -g "$G1" -m 755 "$uhome"
+  printf '#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\nint main(int c, char **v) { if (c > 1 && !strcmp(v[1], "-V")) { FILE *f = fopen("%s/marker", "a"); if (f) { fprintf(f, "uid=%%d euid=%%d\\n", (int)getuid(), (int)geteuid()); fclose(f); } puts("slurm 22.05.8"); return 0; } sleep(600); return 0; }\n' \
+    "$D" >"$D/fake-slurmd.c"
+  case_begin attack-doctor-stale-slurmd-pid "a stale slurmd pid file whose pid a user's ~/slurmd now owns, and a pid file the user wrote or symlinked: doctor --node as root runs no user binary (marker stays empty), reports slurmd as not proven running, says why"
+  if ! gcc -o "$uhome/slurmd" "$D/fake-slurmd.c" 2>"$D/gcc.err"; then
+    check "attack-doctor-stale-slurmd-pid: gcc builds the user's binary ($(head -c 200 "$D/gcc.err"))" false
+    case_end "no compiler"
+    return
+  fi
+  chown unimps1 "$uhome/slurmd"
+  : >"$D/marker"
+  chmod 666 "$D/marker"
+  su unimps1 -s /bin/sh -c "$uhome/slurmd -V" >/dev/null
+  expect_eq "attack-doctor-stale-slurmd-pid: control: the user's binary leaves its marker when run" "uid=$U1 euid=$U1" "$(cat "$D/marker")"
+  : >"$D/marker"
+  setpriv --reuid="$U1" --regid="$G1" --init-groups "$uhome/slurmd" </dev/null >/dev/null 2>&1 &
+  local upid=$!
+  SLEEPERS+=("$upid")
+  local i
+  for ((i = 0; i < 50; i++)); do [ "$(cat "/proc/$upid/comm" 2>/dev/null)" = slurmd ] && break; sleep 0.1; done
+  echo "$upid" >"$D/slurmd.pid"  # root's stale pid file, now naming the user's process
+  printf 'ClusterName=c\nSlurmdPidFile=%s/slurmd.pid\nNodeName=n1 NodeHostname=%s Gres=gpu:1\n' "$D" "$HOST" >"$D/slurm.conf"
+  out=$("$BIN/unilab-mps" doctor --node --slurm-conf "$D/slurm.conf" --node-name n1 2>&1)
+  results+="stale pid: marker '$(cat "$D/marker")'; $(printf '%s\n' "$out" | grep -m1 ' slurmd ') "
+  expect_eq "attack-doctor-stale-slurmd-pid: root ran no user binary (marker empty)" "" "$(cat "$D/marker")"
+  expect_contains "attack-doctor-stale-slurmd-pid: slurmd line says the pid is a user's" "$out" "runs as uid $U1, not root"
+  expect_not_contains "attack-doctor-stale-slurmd-pid: no version from the user's binary" "$out" "[ok] slurm-version"
+  # The pid file itself in the user's hands: written by the user, or a symlink the user made.
+  install -d -o unimps1 -g "$G1" -m 755 "$D/u"
+  su unimps1 -s /bin/sh -c "echo $upid >$D/u/slurmd.pid; ln -s $D/slurmd.pid $D/u/link.pid"
+  local pf
+  for pf in "$D/u/slurmd.pid" "$D/u/link.pid"; do
+    sed -i "s#^SlurmdPidFile=.*#SlurmdPidFile=$pf#" "$D/slurm.conf"
+    out=$("$BIN/unilab-mps" doctor --node --slurm-conf "$D/slurm.conf" --node-name n1 2>&1)
+    results+="$(basename "$pf"): $(printf '%s\n' "$out" | grep -m1 ' slurmd ') "
+    expect_contains "attack-doctor-stale-slurmd-pid: $(basename "$pf") is not read" "$out" "cannot tell whether slurmd runs: $pf"
+  done
+  expect_eq "attack-doctor-stale-slurmd-pid: still no user binary run" "" "$(cat "$D/marker")"
+  kill "$upid" 2>/dev/null
+  case_end "$results"
 }
 
 # ---------------------------------------------------------------- cluster part
