@@ -13,11 +13,20 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
+#include "common/mps/safefs.hpp"
 #include "common/slurm/job_failure.hpp"
 #include "common/slurm/job_logs.hpp"
 
 namespace unilab::mps {
 namespace {
+
+// Every message reaches the slurmd log as one line of printable ASCII:
+// tool output, log lines and names a user influences can neither forge a
+// line of their own nor garble the log (escape_control: \xNN).
+HookLog escaped(const HookLog& log) {
+  return {[log](const std::string& m) { log.info(escape_control(m)); },
+          [log](const std::string& m) { log.error(escape_control(m)); }};
+}
 
 bool asked_for_mps(const Getenv& env) { return env(spank_option_env_name("unilab-mps").c_str()).has_value(); }
 
@@ -120,9 +129,10 @@ std::string take_root_identity() {
       ruid, euid, rgid, egid);
 }
 
-bool run_prolog_hook(const Getenv& env, const HookArguments& args, const HookLog& log) {
+bool run_prolog_hook(const Getenv& env, const HookArguments& args, const HookLog& raw_log) {
   // Jobs that did not ask: no subprocess, no file, nothing parsed further.
   if (!asked_for_mps(env)) return true;
+  const HookLog log = escaped(raw_log);
   const std::string job_id = env("SLURM_JOB_ID").value_or("?");
   if (!as_root(job_id, "prolog", true, log, "")) return false;
   PluginConfig cfg;
@@ -139,7 +149,8 @@ bool run_prolog_hook(const Getenv& env, const HookArguments& args, const HookLog
   return prolog_for(cfg, job, *req, log);
 }
 
-bool run_epilog_hook(const Getenv& env, const HookArguments& args, const HookLog& log) {
+bool run_epilog_hook(const Getenv& env, const HookArguments& args, const HookLog& raw_log) {
+  const HookLog log = escaped(raw_log);
   const bool asked = asked_for_mps(env);
   const std::string job_id = env("SLURM_JOB_ID").value_or("?");
   // As a configuration error (header): a job that did not ask is not failed.

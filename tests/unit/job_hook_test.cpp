@@ -71,6 +71,21 @@ TEST(PrologHook, AConfigurationErrorFailsAJobThatAsked) {
   EXPECT_EQ(h.errors[0].rfind("job 7 prolog failed: unknown plugin argument 'bogus_key'", 0), 0u) << h.errors[0];
 }
 
+// What reaches the slurmd log is one printable line, whatever the message
+// holds (here a plugin argument with a newline and an escape sequence, as
+// tool output or a user's log line could hold them).
+TEST(PrologHook, EveryLogLineIsOnePrintableLine) {
+  if (getuid() != 0) GTEST_SKIP() << kRootOnly;
+  Hook h;
+  h.vars[kOpt] = "(null)";
+  h.args = {"bogus\nunilab-mps: job 7: forged\x1b[2J=1"};
+  EXPECT_FALSE(h.prolog());
+  ASSERT_EQ(h.errors.size(), 1u);
+  EXPECT_EQ(h.errors[0].find('\n'), std::string::npos) << h.errors[0];
+  EXPECT_EQ(h.errors[0].find('\x1b'), std::string::npos) << h.errors[0];
+  EXPECT_NE(h.errors[0].find("bogus\\x0aunilab-mps: job 7: forged\\x1b[2J"), std::string::npos) << h.errors[0];
+}
+
 TEST(EpilogHook, AConfigurationErrorNeverFailsAJobThatDidNotAsk) {
   if (getuid() != 0) GTEST_SKIP() << kRootOnly;
   Hook h;

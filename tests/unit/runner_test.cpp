@@ -347,9 +347,11 @@ TEST(SystemRunner, AToolRunAsTheUserGetsACleanProcessState) {
   expect_user_tool_state(parse_state(res.out), true);
 }
 
-// The runner's child shares the caller's memory until it execs (clone with
-// CLONE_VM): what it changes of itself (credentials, umask, cwd, signal
-// dispositions and mask, limits) must stay its own. Runs from several
+// What the runner's child changes of itself (credentials, umask, cwd,
+// signal dispositions and mask, limits) must stay its own: a root tool's
+// child shares the caller's memory until it execs (clone with CLONE_VM), a
+// user tool's is forked, and either way its raw calls must not reach the
+// caller's threads. Runs from several
 // threads at once as another user, as the prolog does; then every thread of
 // this process is still root with its own state, and each tool started with
 // no signal ignored or blocked.
