@@ -8,7 +8,8 @@ SKIP=0
 MIN_CHECKS=1
 
 pass() { PASS=$((PASS + 1)); printf '  ok   %s\n' "$1"; }
-fail() { FAIL=$((FAIL + 1)); printf '  FAIL %s\n' "$1"; [ -n "${2:-}" ] && printf '       %s\n' "$2"; return 0; }
+FAILED_NAMES=()
+fail() { FAIL=$((FAIL + 1)); FAILED_NAMES+=("$1"); printf '  FAIL %s\n' "$1"; [ -n "${2:-}" ] && printf '       %s\n' "$2"; return 0; }
 check() { # check NAME CMD...: passes when CMD succeeds
   local name=$1; shift
   if "$@" >/tmp/unilab-check.$$ 2>&1; then pass "$name"; else fail "$name" "$(head -c 600 /tmp/unilab-check.$$)"; fi
@@ -38,6 +39,8 @@ check_gone() {
 }
 finish() {
   local ran=$((PASS + FAIL)) floor=$((MIN_CHECKS > 0 ? MIN_CHECKS : 1))
+  # Repeated at the end, where a truncated log (CI keeps its tail) still shows them.
+  [ "$FAIL" -gt 0 ] && printf 'failed: %s\n' "${FAILED_NAMES[@]}"
   echo "$PASS passed, $FAIL failed, $SKIP skipped ($ran checks ran; this suite declares at least $floor)"
   if [ "$ran" -lt "$floor" ]; then
     echo "FAIL: only $ran checks ran, fewer than the $floor this suite declares: a part of it did not run"

@@ -38,7 +38,8 @@ cleanup() {
 trap cleanup EXIT
 
 ok() { PASS=$((PASS + 1)); echo "ok   - $1"; }
-nok() { FAIL=$((FAIL + 1)); echo "FAIL - $1"; }
+FAILED_NAMES=()
+nok() { FAIL=$((FAIL + 1)); FAILED_NAMES+=("$1"); echo "FAIL - $1"; }
 # check DESC CMD...: passes when CMD succeeds
 check() { local d=$1; shift; if "$@"; then ok "$d"; else nok "$d"; fi; }
 expect_eq() {  # DESC EXPECTED ACTUAL
@@ -609,6 +610,8 @@ else
   [[ "$UBIN" != "$BIN" ]] && rm -rf "$UBIN"
 fi
 
+# Repeated at the end, where a truncated log (CI keeps its tail) still shows them.
+((FAIL > 0)) && printf 'failed: %s\n' "${FAILED_NAMES[@]}"
 echo "$PASS passed, $FAIL failed ($((PASS + FAIL)) checks ran; this suite declares at least 120)"
 # Floor: the root-only part adds checks; as root or not, at least 120 run.
 if ((PASS + FAIL < 120)); then echo "FAIL: only $((PASS + FAIL)) checks ran, fewer than 120: a part did not run"; exit 1; fi
