@@ -240,6 +240,20 @@ concurrent_section() {
 
 # Build time (bench/build_time.sh): the newest run of each configuration,
 # without and with the precompiled headers, and where its time went.
+# The cost of forking the user's tools instead of clone(CLONE_VM|CLONE_VFORK):
+# two bench/direct.sh runs back to back, one with each (docs/bench-runner-fork.csv).
+runner_fork_note() {
+  local f=${csv%/*}/bench-runner-fork.csv
+  [ -f "$f" ] || return 0
+  local line
+  line=$(awk -F, 'NR > 1 && $3 == "per-gpu" && $4 == 8 { v[$1 "," $5] = v[$1 "," $5] " " $6 }
+    function med(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    END { printf "%.0f ms and %.0f ms (epilog %.0f and %.0f ms)", med(v["clone-all,prolog_ms"]), med(v["fork-user-tools,prolog_ms"]),
+          med(v["clone-all,epilog_ms"]), med(v["fork-user-tools,epilog_ms"]) }' "$f")
+  printf ' Measured back to back on a loaded machine (its fake tools ran about 3x slower than in this run; docs/bench-runner-fork.csv), an 8-daemon prolog took %s with clone for every tool and with fork for the user'"'"'s: about 2 ms per daemon.' "$line"
+}
+
 build_time_section() {
   local times=${csv%/*}/build-times.csv units=${csv%/*}/build-times-units.csv
   [ -f "$times" ] || return 0
@@ -269,6 +283,18 @@ EOT
   awk -F, 'NR > 1 { k = $3; d[k] = d[k] == "" ? $1 ", " $2 : d[k] " / " $2; if ($4 == "before") { off[k] = $5; offu[k] = $6 } else { on[k] = $5; onu[k] = $6 } }
     END { for (k in d) if ((k in off) && (k in on))
       printf "| %s | %s | %.0f / %.0f s | %.0f / %.0f s | %.0f%% |\n", k, d[k], off[k], offu[k], on[k], onu[k], 100 * (off[k] - on[k]) / off[k] }' "$times" | sort
+  local ci=${csv%/*}/ci-times.csv
+  if [ -f "$ci" ]; then
+    echo
+    echo "CI on a fresh 2-core machine (\`.ci/run\` on a clean clone; step times as scripts/test printed them in"
+    echo "\`docs/ci-times.csv\`; \"before\" is the clean run issue #21 cites, about 50 minutes in all):"
+    echo
+    echo "| step | before | after |"
+    echo "|---|---:|---:|"
+    awk -F, 'NR > 1 { if (!($4 in seen)) { seen[$4] = 1; order[++n] = $4 } v[$1, $4] = $5; if ($1 == "after") c = $3 }
+      END { for (i = 1; i <= n; i++) { s = order[i]; b = ((("before", s) in v) ? v["before", s] " s" : "-");
+              a = ((("after", s) in v) ? v["after", s] " s" : "-"); printf "| %s | %s | %s |\n", s, b, a } }' "$ci"
+  fi
   [ -f "$units" ] || return 0
   echo
   echo "The slowest translation units of the newest \`test\` builds (seconds, ninja's log):"
@@ -440,10 +466,12 @@ $(fmt "$(med floor tools 1 0 smi_ms)") ms, \`-d\` until a front end gets an answ
 daemon is gone $(fmt "$(med floor tools 1 0 quit_ms)") ms (slow profile: $(fmt "$(med floor tools 1 tools smi_ms)"), $(fmt "$(med floor tools 1 tools start_ms)"), $(fmt "$(med floor tools 1 tools quit_ms)") ms). The rest of the
 per-daemon prolog time is unilab-mps itself: creating the private directories,
 two atomic record writes (\`starting\`, then \`running\`, each with fsync), running
-the tools as the job's user (started with \`clone(CLONE_VM | CLONE_VFORK)\`, as
-\`posix_spawn\` does, not \`fork\`: the prolog's page tables are not copied per tool),
-polling until the daemon answers (at once, then 1 ms, doubling up to 32 ms) and
-checking the pid file against \`/proc\`.
+the tools as the job's user, polling until the daemon answers (at once, then 1
+ms, doubling up to 32 ms) and checking the pid file against \`/proc\`. Root's own
+tools start with \`clone(CLONE_VM | CLONE_VFORK)\`, as \`posix_spawn\` does; the
+tools run as the job's user are forked, so that the user cannot hold the root
+thread by stopping the child before its exec (docs/DESIGN.md, "Running
+programs").$(runner_fork_note)
 
 The daemons of a job start in parallel (a thread each), so the per-daemon slope
 is not one start's wall time: with instant tools it is what each daemon adds

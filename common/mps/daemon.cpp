@@ -298,6 +298,13 @@ CudaMpsError abandon(Starting& st, const std::string& why, const std::optional<P
   } else if (auto found = identify_daemon(st.layout.pipe, st.req.uid, st.s.proc, nullptr)) {
     kill_launched(st.s, *found);
   }
+  // The pid the start went by comes from the user's own pipe directory: a
+  // decoy's, while the real daemon runs unnamed. Every MPS process of the
+  // user on this pipe directory goes too, as at a stop (the sweep's rule).
+  DaemonRecord swept = st.rec;
+  swept.pipe_directory = st.layout.pipe;
+  swept.uid = st.req.uid;
+  sweep_mps_processes(st.s, swept, {}, st.s.clock.now() + milliseconds(1000));
   remove_owned_directories(st.rec);
   try {
     st.store.remove(st.req.name);

@@ -191,6 +191,30 @@ TEST_F(DaemonTest, RefusedLimitsStopTheDaemonAndClean) {
   EXPECT_FALSE(exists(base + "/gpu-7fdaf0a5"));
 }
 
+// A failed start ends more than the pid it went by (a pid file the user can
+// rename over with a decoy's): every MPS process of the user on the daemon's
+// pipe directory, as a stop's sweep does; the user's other processes stay.
+TEST_F(DaemonTest, AFailedStartEndsEveryMpsProcessOnItsPipeDir) {
+  d.host.refuse_limits = true;
+  StartRequest req = request();
+  req.limits.active_thread_percentage = 50;
+  const std::string pipe = daemon_directories(base, req.name).pipe;
+  auto add = [&](pid_t p, const std::string& comm, const std::string& dir) {
+    d.proc.add(p, req.uid, 70000 + static_cast<uint64_t>(p));
+    d.proc.comms[p] = comm;
+    d.proc.environ[p]["CUDA_MPS_PIPE_DIRECTORY"] = dir;
+    return p;
+  };
+  const pid_t unnamed = add(9101, "nvidia-cuda-mps", pipe);
+  const pid_t client = add(9102, "python3", pipe);
+  const pid_t elsewhere = add(9103, "nvidia-cuda-mps", tmp / "other/pipe");
+  EXPECT_FALSE(error_of([&] { start_daemon(d.services, d.tools, store, req); }).empty());
+  EXPECT_FALSE(d.proc.alive(unnamed));
+  EXPECT_TRUE(d.proc.alive(client));
+  EXPECT_TRUE(d.proc.alive(elsewhere));
+  EXPECT_TRUE(record_files().empty());
+}
+
 TEST_F(DaemonTest, LaunchFailureCarriesTheDaemonsStderrAndCleansUp) {
   d.host.launch_failures[1] = test::exited(1, "", "nvidia-cuda-mps-control: failed to open log directory\n");
   std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
