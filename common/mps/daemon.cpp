@@ -160,9 +160,8 @@ struct Layout {
 // from its uid=/gid=/mode= options: at no moment can the user open the
 // directory underneath (and write past dir_size= on the run dir's own file
 // system, /run, through a descriptor kept from before the mount).
-Fd mount_private_dir(int base, const StartRequest& req, const std::string& path) {
+Fd mount_private_dir(int base, const StartRequest& req, const std::string& path, bool& created) {
   if (std::string e = unmount_private_fs(base, req.entry(), path); !e.empty()) throw CudaMpsError(e);
-  bool created = false;
   ensure_private_dir(base, req.entry(), 0, 0, &created);
   try {
     mount_private_fs(base, req.entry(), path, req.uid, req.gid, *req.private_fs);
@@ -181,11 +180,11 @@ void prepare_default_layout(const StartRequest& req, Layout& l) {
   // can traverse; a user: 0700), so only that identity may own its path.
   const bool root = geteuid() == 0;
   Fd base = ensure_trusted_dir(req.base_directory, geteuid(), geteuid(), getegid(), root ? 0755 : 0700);
-  const bool existed = faccessat(base.get(), req.entry().c_str(), F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-  Fd named = req.private_fs && root ? mount_private_dir(base.get(), req, dirs.root)
-                                    : ensure_private_dir(base.get(), req.entry(), req.uid, req.gid);
+  bool created = false;
+  Fd named = req.private_fs && root ? mount_private_dir(base.get(), req, dirs.root, created)
+                                    : ensure_private_dir(base.get(), req.entry(), req.uid, req.gid, &created);
   l.owned.push_back(dirs.root);
-  if (!existed) l.created.push_back(dirs.root);
+  if (created) l.created.push_back(dirs.root);
   if (!req.pipe_directory) {
     ensure_private_dir(named.get(), kPipeLeaf, req.uid, req.gid);
     l.pipe = dirs.pipe;
