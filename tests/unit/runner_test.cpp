@@ -441,14 +441,24 @@ std::vector<pid_t> stopped_children() {
   return out;
 }
 
-TEST(SystemRunner, AUserStoppingTheChildBeforeItsExecCannotHoldTheCaller) {
-  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials";
-  RunnerOptions o;
-  o.after_drop = stop_self;
-  SystemRunner r(o);
+// /bin/true as the other user, and a runner whose child calls `hook` right
+// after its drop.
+Command true_as_other_user() {
   Command c;
   c.argv = {"/bin/true"};
   c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+  return c;
+}
+RunnerOptions seamed(void (*hook)()) {
+  RunnerOptions o;
+  o.after_drop = hook;
+  return o;
+}
+
+TEST(SystemRunner, AUserStoppingTheChildBeforeItsExecCannotHoldTheCaller) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials";
+  SystemRunner r(seamed(stop_self));
+  Command c = true_as_other_user();
   c.timeout = 300ms;
   const auto t0 = std::chrono::steady_clock::now();
   auto run = std::async(std::launch::async, [&] { return r.run(c); });
@@ -481,13 +491,7 @@ TEST(SystemRunner, TheChildIsNotDumpableBetweenItsDropAndItsExec) {
     w << "1\n";
     if (!w.flush()) GTEST_SKIP() << "cannot set " << knob << " (a read-only /proc/sys)";
   }
-  RunnerOptions o;
-  o.after_drop = report_dumpable;
-  SystemRunner r(o);
-  Command c;
-  c.argv = {"/bin/true"};
-  c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
-  CommandResult res = r.run(c);
+  CommandResult res = SystemRunner(seamed(report_dumpable)).run(true_as_other_user());
   std::ofstream(knob) << before;
   ASSERT_TRUE(res.ok()) << res.describe() << res.err;
   EXPECT_EQ(res.out, "not dumpable\n");
