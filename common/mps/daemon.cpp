@@ -1,6 +1,7 @@
 #include "common/mps/daemon.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
@@ -14,9 +15,6 @@
 
 #include <fmt/format.h>
 
-#include "common/mps/errors.hpp"
-#include "common/mps/gpu.hpp"
-#include "common/mps/safefs.hpp"
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
 #include "common/mps/mps_pid_file.hpp"
@@ -75,21 +73,6 @@ std::optional<ProcessIdentity> identify_daemon(const std::string& pipe_directory
   auto pid = read_mps_pid_file(pipe_directory, uid, why);
   if (!pid) return std::nullopt;
   return identify_pid(*pid, pipe_directory, uid, proc, why);
-}
-
-// Identities of every descendant of the daemon, now.
-std::vector<ProcessIdentity> descendants_of(const ProcessIdentity& daemon, ProcReader& proc) {
-  std::vector<ProcessIdentity> out;
-  std::vector<pid_t> queue{daemon.pid};
-  std::set<pid_t> seen{daemon.pid};
-  for (size_t i = 0; i < queue.size() && queue.size() < 4096; ++i) {
-    for (pid_t c : proc.children(queue[i])) {
-      if (!seen.insert(c).second) continue;
-      queue.push_back(c);
-      if (auto st = proc.stat(c)) out.push_back({c, st->start_ticks, daemon.boot_id, st->uid});
-    }
-  }
-  return out;
 }
 
 struct SweepResult {
@@ -286,16 +269,51 @@ struct Starting {
   MpsControl mps;
   const MpsEndpoint ep;
   DaemonRecord rec;
+  // Set by launch(): the configured binary and the moment it was launched,
+  // what the daemon is proven by (verify_started).
+  std::optional<FileId> binary;
+  uint64_t launch_ticks = 0;
 };
 
-// Stops what the start launched (or what its pid file proves it launched),
+// The processes this start launched that could be its daemon: children of
+// this process (the subreaper that adopted what `-d` forked; a user can
+// fork its own processes but never make one a child of this one), started
+// after the launch, running the configured binary (the file, by device and
+// inode, not a name), as the user, for this pipe directory.
+// Why `pid` is not a process this start launched as its daemon; empty
+// when it is one. The one rule, for launched_daemons and for messages.
+std::string not_launched_because(Starting& st, pid_t pid) {
+  const pid_t self = st.s.proc.self();
+  auto stat = running_stat(st.s.proc, pid);
+  if (!stat) return fmt::format("pid {} is not running", pid);
+  if (stat->uid != st.req.uid) return fmt::format("pid {} runs as uid {}, not {}", pid, stat->uid, st.req.uid);
+  if (stat->ppid != self) return fmt::format("pid {} is a child of pid {}, not of this process (pid {}), which launched the daemon", pid, stat->ppid, self);
+  if (stat->start_ticks < st.launch_ticks) return fmt::format("pid {} started before the launch", pid);
+  if (st.s.proc.exe(pid) != st.binary) return fmt::format("pid {} does not run {}", pid, st.mps.path());
+  if (st.s.proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY") != st.layout.pipe) {
+    return fmt::format("pid {} does not serve pipe directory {}", pid, st.layout.pipe);
+  }
+  return {};
+}
+
+std::vector<ProcessIdentity> launched_daemons(Starting& st) {
+  std::vector<ProcessIdentity> out;
+  const pid_t self = st.s.proc.self();
+  for (pid_t c : st.s.proc.children(self)) {
+    if (!not_launched_because(st, c).empty()) continue;
+    if (auto stat = running_stat(st.s.proc, c)) out.push_back({c, stat->start_ticks, st.s.proc.boot_id(), stat->uid});
+  }
+  return out;
+}
+
+// Stops what the start launched (or what its ancestry proves it launched),
 // removes its directories and record; the error to throw, with the log tail.
 CudaMpsError abandon(Starting& st, const std::string& why, const std::optional<ProcessIdentity>& launched) {
   std::string tail = tail_suffix(st.layout.log, st.req.uid);
   if (launched) {
     kill_launched(st.s, *launched);
-  } else if (auto found = identify_daemon(st.layout.pipe, st.req.uid, st.s.proc, nullptr)) {
-    kill_launched(st.s, *found);
+  } else if (st.binary) {
+    for (const auto& found : launched_daemons(st)) kill_launched(st.s, found);
   }
   // The pid the start went by comes from the user's own pipe directory: a
   // decoy's, while the real daemon runs unnamed. Every MPS process of the
@@ -331,9 +349,20 @@ void claim(Starting& st) {
 }
 
 void launch(Starting& st) {
+  // What `-d` forks outlives it: as a subreaper this process, not init,
+  // becomes its parent, and a parent is a proof no user process can forge.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
+    throw abandon(st, fmt::format("cannot start MPS daemon '{}': prctl(PR_SET_CHILD_SUBREAPER): {}", st.req.name, std::strerror(errno)),
+                  std::nullopt);
+  }
+  st.binary = st.s.proc.file(st.mps.path());
+  if (!st.binary) {
+    throw abandon(st, fmt::format("cannot start MPS daemon '{}': cannot stat {}", st.req.name, st.mps.path()), std::nullopt);
+  }
+  st.launch_ticks = st.s.proc.ticks_now();
   // At least a moment for `-d` itself, even when the deadline has come.
   const milliseconds limit = std::max(remaining(st.s.clock, st.deadline), milliseconds(100));
-  CommandResult launched = st.mps.launch(st.ep, st.req.gpu_uuids, limit);
+  CommandResult launched = st.mps.launch(st.ep, st.req.gpu_uuids, limit, st.req.launch_cgroups);
   if (launched.ok()) return;
   std::string line = launched.first_output_line();
   throw abandon(st, fmt::format("{} -d failed for daemon '{}' ({}){}{}", st.mps.path(), st.req.name, launched.describe(),
@@ -372,16 +401,41 @@ bool await_answer(Starting& st) {
   }
 }
 
-// The daemon that answers, proven by its pid file and /proc. The pid file
-// may appear after the socket: it is looked for until the deadline.
+// The daemon that answers, proven by ancestry (launched_daemons): exactly
+// one process this start launched, and the one its pid file names. The pid
+// file lives in the user's pipe directory and may appear after the socket
+// (looked for until the deadline); the daemon is adopted once the process
+// `-d` forked it from has exited (looked for until the deadline too). A pid
+// file naming another process, or two launched candidates, is a user
+// process at work: refused, and abandon() sweeps the pipe directory.
 ProcessIdentity verify_started(Starting& st) {
   std::string why;
-  std::optional<ProcessIdentity> id;
-  if (auto pid = await_mps_pid_file(st.layout.pipe, st.req.uid, st.s.clock, st.deadline, &why)) {
-    id = identify_pid(*pid, st.layout.pipe, st.req.uid, st.s.proc, &why);
+  auto pid = await_mps_pid_file(st.layout.pipe, st.req.uid, st.s.clock, st.deadline, &why);
+  if (!pid) throw abandon(st, fmt::format("cannot verify MPS daemon '{}': {}", st.req.name, why), std::nullopt);
+  milliseconds step(1);
+  for (;;) {
+    auto found = launched_daemons(st);
+    if (found.size() > 1) {
+      throw abandon(st, fmt::format("cannot verify MPS daemon '{}': {} processes launched by this start run {} for {} (pids {} and {}); "
+                                    "a process of uid {} forked from the launch",
+                                    st.req.name, found.size(), st.mps.path(), st.layout.pipe, found[0].pid, found[1].pid, st.req.uid),
+                    std::nullopt);
+    }
+    if (found.size() == 1 && found[0].pid == *pid) return found[0];
+    if (found.size() == 1) {
+      throw abandon(st, fmt::format("cannot verify MPS daemon '{}': {} in {} names pid {}, but the daemon this start launched is pid {}; "
+                                    "a process of uid {} rewrote it",
+                                    st.req.name, kPidFileName, st.layout.pipe, *pid, found[0].pid, st.req.uid),
+                    std::nullopt);
+    }
+    milliseconds left = remaining(st.s.clock, st.deadline);
+    if (left.count() == 0) break;
+    st.s.clock.sleep_for(std::min(step, left));
+    step = std::min(step * 2, kReadinessStepCap);
   }
-  if (!id) throw abandon(st, fmt::format("cannot verify MPS daemon '{}': {}", st.req.name, why), std::nullopt);
-  return *id;
+  throw abandon(st, fmt::format("cannot verify MPS daemon '{}': {} in {} names a process this start did not launch ({})",
+                                st.req.name, kPidFileName, st.layout.pipe, not_launched_because(st, *pid)),
+                std::nullopt);
 }
 
 // Runs job(i) for every i < n at once, one thread each (this thread takes

@@ -77,6 +77,10 @@ struct StartRequest {
   std::optional<SlurmBinding> slurm;
   MpsLimits limits;
   std::optional<ContainmentPlan> containment;  // recorded for the task path
+  // cgroup.procs files the daemon is born in (root only; Command::cgroups):
+  // the job's own cgroups where they exist at launch, else a root-owned
+  // holding cgroup the job's cgroups later take over.
+  std::vector<std::string> launch_cgroups;
   // Root only: a size-limited tmpfs on `<base_directory>/<name>` (private_fs.hpp).
   std::optional<PrivateFsLimits> private_fs;
   std::chrono::milliseconds start_timeout{10000};

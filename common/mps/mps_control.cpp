@@ -69,10 +69,11 @@ bool MpsControl::answers(const MpsEndpoint& ep, std::chrono::milliseconds timeou
 }
 
 CommandResult MpsControl::launch(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, const std::vector<std::string>& cgroups) {
   Command c = base(ep, gpu_uuids);
   c.argv.push_back("-d");
   c.timeout = timeout;
+  c.cgroups = cgroups;
   return runner_.run(c);
 }
 

@@ -64,9 +64,9 @@ class MpsControl {
   // True when a daemon answers `get_server_list` on this endpoint.
   bool answers(const MpsEndpoint& ep, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // Runs `nvidia-cuda-mps-control -d` as the endpoint's user with
-  // CUDA_VISIBLE_DEVICES = the UUIDs.
+  // CUDA_VISIBLE_DEVICES = the UUIDs, born in `cgroups` (Command::cgroups).
   CommandResult launch(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids,
-                       std::chrono::milliseconds timeout);
+                       std::chrono::milliseconds timeout, const std::vector<std::string>& cgroups = {});
   // The foreground command (`-f`), for exec_replace.
   Command foreground_command(const MpsEndpoint& ep, const std::vector<std::string>& gpu_uuids) const;
 

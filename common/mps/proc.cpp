@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <dirent.h>
 
 #include <charconv>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace unilab::mps {
@@ -57,6 +60,8 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text) {
       if (tok.size() != 1) return std::nullopt;
       st.state = tok[0];
       have_state = true;
+    } else if (field == 4) {
+      if (!parse_num(tok, st.ppid)) return std::nullopt;
     } else if (field == 22) {
       if (!parse_num(tok, st.start_ticks)) return std::nullopt;
       have_start = true;
@@ -181,6 +186,44 @@ std::optional<std::string> SystemProcReader::comm(pid_t pid) {
 std::optional<std::string> SystemProcReader::cgroup(pid_t pid) {
   if (pid <= 0) return std::nullopt;
   return slurp(root_ + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
+}
+
+std::optional<FileId> SystemProcReader::exe(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  return file(root_ + "/" + std::to_string(pid) + "/exe");
+}
+
+std::optional<FileId> SystemProcReader::file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
+pid_t SystemProcReader::self() { return getpid(); }
+
+// /proc/PID/stat's start time is CLOCK_BOOTTIME in USER_HZ ticks.
+uint64_t SystemProcReader::ticks_now() {
+  timespec ts {};
+  clock_gettime(CLOCK_BOOTTIME, &ts);
+  const auto hz = static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
+  return static_cast<uint64_t>(ts.tv_sec) * hz + static_cast<uint64_t>(ts.tv_nsec) / (1000000000ULL / hz);
+}
+
+std::vector<ProcessIdentity> descendants_of(const ProcessIdentity& root, ProcReader& proc) {
+  std::vector<ProcessIdentity> out;
+  std::vector<pid_t> queue{root.pid};
+  std::set<pid_t> seen{root.pid};
+  for (size_t i = 0; i < queue.size() && queue.size() < 4096; ++i) {
+    for (pid_t c : proc.children(queue[i])) {
+      if (seen.count(c)) continue;
+      auto st = running_stat(proc, c);
+      if (!st || st->ppid != queue[i] || st->uid != root.uid) continue;
+      seen.insert(c);
+      queue.push_back(c);
+      out.push_back({c, st->start_ticks, root.boot_id, st->uid});
+    }
+  }
+  return out;
 }
 
 std::string_view to_string(Liveness l) {

@@ -16,8 +16,16 @@
 
 namespace unilab::mps {
 
+// A file's identity (device and inode), as stat(2) gives it.
+struct FileId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const FileId&) const = default;
+};
+
 struct ProcStat {
   char state = '?';           // field 3; see process_state_gone
+  pid_t ppid = 0;             // field 4: the parent (after reparenting)
   uint64_t start_ticks = 0;   // field 22, clock ticks since boot
   uid_t uid = static_cast<uid_t>(-1);  // real uid (status "Uid:")
 };
@@ -53,6 +61,15 @@ class ProcReader {
   virtual std::optional<std::string> comm(pid_t) { return std::nullopt; }
   // /proc/PID/cgroup as text.
   virtual std::optional<std::string> cgroup(pid_t) { return std::nullopt; }
+  // The file /proc/PID/exe names (stat through the link: the binary the
+  // process runs, whatever path it was started by); nullopt when unknown.
+  virtual std::optional<FileId> exe(pid_t) { return std::nullopt; }
+  // The file at `path` (symlinks followed), to compare with exe().
+  virtual std::optional<FileId> file(const std::string&) { return std::nullopt; }
+  // This process (the parent that adopts what a start launched).
+  virtual pid_t self() { return 0; }
+  // Now, in the clock ticks of ProcStat::start_ticks (since boot).
+  virtual uint64_t ticks_now() { return 0; }
 };
 
 class SystemProcReader final : public ProcReader {
@@ -65,6 +82,10 @@ class SystemProcReader final : public ProcReader {
   std::vector<pid_t> children(pid_t pid) override;
   std::optional<std::string> comm(pid_t pid) override;
   std::optional<std::string> cgroup(pid_t pid) override;
+  std::optional<FileId> exe(pid_t pid) override;
+  std::optional<FileId> file(const std::string& path) override;
+  pid_t self() override;
+  uint64_t ticks_now() override;
 
  private:
   std::string root_;
@@ -81,6 +102,13 @@ struct ProcessIdentity {
   std::string boot_id;
   uid_t uid = static_cast<uid_t>(-1);
 };
+
+// Every descendant of `root` now (not `root` itself), walked through
+// /proc/PID/task/*/children: each one only when its own stat names the
+// parent it was listed under (a listed pid that exited and was reused names
+// another parent) and it runs as root's uid (a descendant that became
+// another user is not the daemon's to act on). At most 4096.
+std::vector<ProcessIdentity> descendants_of(const ProcessIdentity& root, ProcReader& proc);
 
 enum class Liveness {
   kLive,        // same pid, start ticks, uid and boot: the very process

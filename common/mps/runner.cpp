@@ -24,6 +24,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace unilab::mps {
 namespace {
@@ -57,10 +58,17 @@ struct Limit {
 // Everything the child needs, prepared before fork: after fork in a possibly
 // multi-threaded process only async-signal-safe calls are allowed.
 struct Prepared {
+  Prepared() = default;
+  Prepared(const Prepared&) = delete;
+  Prepared& operator=(const Prepared&) = delete;
+  ~Prepared() {
+    for (int fd : cgroup_fds) close(fd);
+  }
   std::vector<char*> argv;
   std::vector<char*> envp;
   std::vector<gid_t> groups;
   std::vector<Limit> limits;
+  std::vector<int> cgroup_fds;  // Command::cgroups, open for writing
   bool drop = false;
   bool new_session = false;
   uid_t uid = 0;
@@ -131,6 +139,18 @@ std::string prepare(const Command& c, Prepared& p, bool new_session) {
     return fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(errno));
   }
   p.new_session = new_session;
+  for (const auto& path : c.cgroups) {
+    int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return fmt::format("cannot put {} into the cgroup {}: {}", c.argv[0], path, std::strerror(errno));
+    // Above 9, like the child's pipe ends: a host running with fds 0-2
+    // closed (slurmd's prolog) would otherwise hand out 0, which the
+    // child's dup2 of its stdin replaces before the join.
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    const int e = errno;
+    close(fd);
+    if (high < 0) return fmt::format("cannot put {} into the cgroup {}: {}", c.argv[0], path, std::strerror(e));
+    p.cgroup_fds.push_back(high);
+  }
   for (const auto& a : c.argv) p.argv.push_back(const_cast<char*>(a.c_str()));
   p.argv.push_back(nullptr);
   for (const auto& e : c.env) p.envp.push_back(const_cast<char*>(e.c_str()));
@@ -249,6 +269,9 @@ UNILAB_CHILD_CODE int become_tool_process(const Prepared& p) {
   return 0;
 }
 
+// Or'ed into the exec-status errno when joining a cgroup failed.
+constexpr int kCgroupJoinFailed = 1 << 20;
+
 // The exec-status pipe gets the errno; the child ends (exit_group itself:
 // a sanitizer's _exit interceptor would run in the parent's memory).
 UNILAB_CHILD_CODE [[noreturn]] void child_fail(int fd, int err) {
@@ -294,6 +317,11 @@ UNILAB_CHILD_CODE [[noreturn]] void child_exec(const ChildArgs& a) {
   int err_fd = fcntl(a.err, F_DUPFD, 10);
   if (status_fd < 0 || in_fd < 0 || out_fd < 0 || err_fd < 0) child_fail(-1, 0);
   if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) child_fail(status_fd, errno);
+  // Into its cgroups while still root ("0": the writing process), so the
+  // user's process is never anywhere else. kCgroupJoinFailed marks the step.
+  for (int fd : a.p->cgroup_fds) {
+    if (write(fd, "0", 1) != 1) child_fail(status_fd, errno | kCgroupJoinFailed);
+  }
   // Everything above 2 but the exec-status pipe (close-on-exec) is closed.
   close_fds_from(3, status_fd);
   if (int e = become_tool_process(*a.p); e != 0) child_fail(status_fd, e);
@@ -528,7 +556,10 @@ CommandResult SystemRunner::run(const Command& c) {
   if (err_open) drain(err[0], result.err);
   for (int fd : {in[1], out[0], err[0], status[0], pidfd}) if (fd >= 0) close(fd);
 
-  if (exec_failed) {
+  if (exec_failed && (exec_errno & kCgroupJoinFailed) != 0) {
+    result.exec_error = fmt::format("cannot put {} into its cgroup ({}): {}", c.argv[0], fmt::join(c.cgroups, ", "),
+                                    std::strerror(exec_errno & ~kCgroupJoinFailed));
+  } else if (exec_failed) {
     result.exec_error = fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(exec_errno));
   } else if (!result.timed_out && wstatus != -1) {
     if (WIFEXITED(wstatus)) result.exit_code = WEXITSTATUS(wstatus);

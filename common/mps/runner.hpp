@@ -28,6 +28,12 @@ struct Command {
   std::string stdin_data;         // written to the child's stdin, then EOF
   std::optional<Credentials> credentials;
   std::chrono::milliseconds timeout{10000};
+  // cgroup.procs files the child writes itself into, as root, before its
+  // credential change and exec (SystemRunner only): the tool and all it
+  // forks are born there, with no moment outside (a daemon that starts
+  // contained). Opened by the caller's side first; a join that fails is an
+  // exec_error and nothing runs.
+  std::vector<std::string> cgroups;
 };
 
 struct CommandResult {

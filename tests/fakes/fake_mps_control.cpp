@@ -192,6 +192,10 @@ class Daemon {
     log("Starting control daemon using socket " + paths_.control());
     log(std::string("CUDA_VISIBLE_DEVICES=") + (cvd ? cvd : "(unset)"));
     log("uid=" + std::to_string(::getuid()) + " gid=" + std::to_string(::getgid()));
+    // Attacks a user of the daemon could mount, made deterministic here:
+    // both happen before the front end reports the daemon ready.
+    if (cfg_.flag("mps_pid_file_decoy")) plant_decoy();
+    if (cfg_.flag("mps_stray_child")) plant_stray();
     if (ready_fd >= 0) {
       (void)!::write(ready_fd, "OK", 2);
       ::close(ready_fd);
@@ -295,6 +299,70 @@ class Daemon {
     const std::string line = prefix + message + "\n";
     if (log_fd_ >= 0) (void)!::write(log_fd_, line.data(), line.size());
     if (foreground_) (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  // mps_pid_file_decoy: what a user racing the start with inotify did (a
+  // pid file renamed over the daemon's): the pid file names a decoy, a
+  // process of the same user with the same pipe directory in its
+  // environment (a child that sleeps and dies with the daemon), comm "decoy".
+  void plant_decoy() {
+    const pid_t decoy = ::fork();
+    if (decoy < 0) return log("(fake) mps_pid_file_decoy: fork failed");
+    if (decoy == 0) {
+      ::prctl(PR_SET_NAME, "decoy");
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      close_fds_except({});
+      ::alarm(120);
+      ::signal(SIGALRM, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (;;) ::pause();
+    }
+    const std::string tmp = paths_.pid_file() + ".decoy";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    const std::string line = std::to_string(decoy) + "\n";
+    (void)!::write(fd, line.data(), line.size());
+    ::close(fd);
+    ::rename(tmp.c_str(), paths_.pid_file().c_str());
+    log("(fake) mps_pid_file_decoy: the pid file names decoy " + std::to_string(decoy));
+  }
+
+  // mps_stray_child: what a user tracing the daemon before it is contained
+  // could inject: a double-forked process outside the daemon's tree (its
+  // parent is gone), running /bin/sleep 300, its pid in <log dir>/stray.pid.
+  void plant_stray() {
+    const pid_t child = ::fork();
+    if (child < 0) return log("(fake) mps_stray_child: fork failed");
+    if (child == 0) {
+      ::setsid();
+      const pid_t stray = ::fork();
+      if (stray == 0) {
+        close_fds_except({});
+        sigset_t none;
+        sigemptyset(&none);
+        ::sigprocmask(SIG_SETMASK, &none, nullptr);
+        ::signal(SIGTERM, SIG_DFL);
+        char sleep_path[] = "/bin/sleep", arg0[] = "sleep", arg1[] = "300";
+        char* argv[] = {arg0, arg1, nullptr};
+        ::execv(sleep_path, argv);
+        ::_exit(127);
+      }
+      if (stray > 0) {
+        const std::string path = paths_.log_dir + "/stray.pid";
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+          const std::string line = std::to_string(stray) + "\n";
+          (void)!::write(fd, line.data(), line.size());
+          ::close(fd);
+        }
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    log("(fake) mps_stray_child: planted");
   }
 
   // ---- event loop -----------------------------------------------------------

@@ -6,7 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-MIN_CHECKS=80
+MIN_CHECKS=85
 
 work=$(mktemp -d /tmp/unilab-cli.XXXXXX)
 chmod 755 "$work"
@@ -196,6 +196,22 @@ expect_contains "symlink: message names the symlink" "$out" "symlink"
 expect_eq "symlink: nothing created behind it" "" "$(ls -A "$work/elsewhere")"
 expect_eq "symlink: no record written" "" "$(ls -A "$work/root-state")"
 rm "$work/root-run/gpu-a1b2c3d4"
+
+echo "== a pid file naming a decoy is refused: the daemon is proven by ancestry (#22 item 3)"
+# The fake renames a pid file naming its sleeping child "decoy" (same user,
+# same pipe dir in its environment) over its own before it reports ready,
+# as a user racing the start with inotify did. Before, the record named the
+# decoy and the real daemon ran unrecorded.
+printf 'mps_pid_file_decoy=1\n' >"$work/stage/fakes/fake.conf"
+chmod 644 "$work/stage/fakes/fake.conf"
+out=$($B start 2 --name decoy 2>&1); rc=$?
+: >"$work/stage/fakes/fake.conf"
+check "decoy: start fails" test "$rc" -ne 0
+expect_contains "decoy: the message names the pid file and the daemon this start launched" "$out" "but the daemon this start launched is pid"
+check_not "decoy: no record is written" test -e "$work/root-state/decoy.json"
+for _ in $(seq 1 50); do [ -z "$(mps_daemons_under "$work/root-run/decoy/")$(pgrep -x decoy)" ] && break; sleep 0.1; done
+expect_eq "decoy: the launched daemon is ended" "" "$(mps_daemons_under "$work/root-run/decoy/")"
+expect_eq "decoy: so is the decoy (it dies with the daemon)" "" "$(pgrep -x decoy)"
 
 echo "== an over-long pipe directory is refused before anything starts"
 long=$work/$(printf 'x%.0s' $(seq 1 120))

@@ -296,6 +296,93 @@ TEST_F(DaemonTest, PidFileNamingAProcessOfAnotherPipeDirIsRefused) {
   EXPECT_TRUE(record_files().empty());
 }
 
+// --- the daemon proven by ancestry (#22 item 3) ------------------------------
+
+// The attack: a process of the user renames a pid file naming a decoy (its
+// own process, with the daemon's pipe directory in its environment) over
+// the daemon's. Before, the record named the decoy and the real daemon ran
+// unrecorded; now the start is refused and the launched daemon is ended.
+TEST_F(DaemonTest, APidFileNamingADecoyOfTheUserIsRefusedAndTheLaunchedDaemonEnds) {
+  const StartRequest req = request();
+  const std::string pipe = daemon_directories(base, req.name).pipe;
+  const pid_t decoy = 9200;
+  d.host.write_pid_file = false;
+  d.runner.handler = [&](const Command& c) {
+    CommandResult r = d.host.handle(c);
+    if (c.argv.size() == 2 && c.argv[1] == "-d") {
+      const pid_t real = d.host.daemons.at(pipe);
+      d.proc.add(decoy, daemon_uid(), 777500);  // after the launch, as the user
+      d.proc.adopt(real, decoy);                // forked by the daemon, say: not by this process
+      d.proc.exes[decoy] = test::FakeNvidiaHost::kMpsControlFile;
+      d.proc.set_environ(decoy, "CUDA_MPS_PIPE_DIRECTORY", pipe);
+      test::write_text(pipe + "/" + kPidFileName, std::to_string(decoy) + "\n");
+      EXPECT_EQ(lchown((pipe + "/" + kPidFileName).c_str(), daemon_uid(), daemon_gid()), 0);
+    }
+    return r;
+  };
+  std::string e = error_of([&] { start_daemon(d.services, d.tools, store, req); });
+  EXPECT_NE(e.find("names pid " + std::to_string(decoy) + ", but the daemon this start launched is pid 41000"), std::string::npos) << e;
+  EXPECT_FALSE(d.proc.alive(41000)) << "the daemon this start launched is ended";
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(DaemonTest, ADaemonThisProcessDidNotAdoptIsNotTheDaemon) {
+  d.host.adopted_by = 1;  // init's child: not launched by this start
+  std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
+  EXPECT_NE(e.find("is a child of pid 1, not of this process (pid 4000)"), std::string::npos) << e;
+  EXPECT_TRUE(d.signaller.requests.empty()) << "nothing proven ours is signalled";
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(DaemonTest, ADaemonRunningAnotherBinaryIsNotTheDaemon) {
+  d.host.daemon_exe = FileId{64769, 1};  // e.g. /bin/sleep, exec'd by the user in its place
+  std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
+  EXPECT_NE(e.find("does not run " + d.host.mps_control), std::string::npos) << e;
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(DaemonTest, AProcessStartedBeforeTheLaunchIsNotTheDaemon) {
+  d.proc.now_ticks = d.host.next_ticks + 100;  // the "daemon" is older than its launch
+  std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
+  EXPECT_NE(e.find("started before the launch"), std::string::npos) << e;
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(DaemonTest, TwoProcessesLaunchedForOnePipeDirectoryAreRefusedAndBothEnd) {
+  const StartRequest req = request();
+  const std::string pipe = daemon_directories(base, req.name).pipe;
+  const pid_t twin = 9300;
+  d.runner.handler = [&](const Command& c) {
+    CommandResult r = d.host.handle(c);
+    if (c.argv.size() == 2 && c.argv[1] == "-d") {  // a second one forked from the traced launcher
+      d.proc.add(twin, daemon_uid(), 777600);
+      d.proc.adopt(d.proc.self_pid, twin);
+      d.proc.exes[twin] = test::FakeNvidiaHost::kMpsControlFile;
+      d.proc.set_environ(twin, "CUDA_MPS_PIPE_DIRECTORY", pipe);
+    }
+    return r;
+  };
+  std::string e = error_of([&] { start_daemon(d.services, d.tools, store, req); });
+  EXPECT_NE(e.find("2 processes launched by this start"), std::string::npos) << e;
+  EXPECT_FALSE(d.proc.alive(41000));
+  EXPECT_FALSE(d.proc.alive(twin));
+  EXPECT_TRUE(record_files().empty());
+}
+
+TEST_F(DaemonTest, TheDaemonIsBornInItsLaunchCgroups) {
+  StartRequest req = request();
+  req.launch_cgroups = {"/cg/freezer/unilab_mps/job_7/cgroup.procs", "/cg/devices/unilab_mps/job_7/cgroup.procs"};
+  start_daemon(d.services, d.tools, store, req);
+  ASSERT_EQ(d.host.launch_commands.size(), 1u);
+  EXPECT_EQ(d.host.launch_commands[0].cgroups, req.launch_cgroups);
+  // Nothing else runs in them (the front end's queries are no daemons).
+  for (const auto& c : d.runner.commands) {
+    if (c.argv.size() != 2 || c.argv[1] != "-d") {
+      EXPECT_TRUE(c.cgroups.empty()) << c.stdin_data;
+    }
+  }
+}
+
 TEST_F(DaemonTest, OverlongPipeDirectoryIsRefusedBeforeAnythingIsCreated) {
   StartRequest req = request();
   req.base_directory = tmp / std::string(90, 'b');  // <base>/<name>/pipe/control > 107 bytes
@@ -526,7 +613,7 @@ class SweepTest : public StopTest {
   // An MPS server the daemon forked (it serves the daemon's pipe dir).
   pid_t add_server(pid_t p) {
     add_process(p, daemon_uid(), "nvidia-cuda-mps", rec.pipe_directory);
-    d.proc.kids[pid].push_back(p);
+    d.proc.adopt(pid, p);
     return p;
   }
   bool signalled(pid_t p) const {
@@ -563,8 +650,8 @@ TEST_F(SweepTest, EveryDescendantSeenBeforeTheQuitIsKilledWhateverItsName) {
   // seen before the quit (afterwards it is an orphan, no longer a child).
   pid_t child = add_process(pid + 1, daemon_uid(), "sh", std::nullopt);
   pid_t grandchild = add_process(pid + 2, daemon_uid(), "sleep", std::nullopt);
-  d.proc.kids[pid] = {child};
-  d.proc.kids[child] = {grandchild};
+  d.proc.adopt(pid, child);
+  d.proc.adopt(child, grandchild);
   StopReport rep = stop_daemon(d.services, d.tools, store, rec, 10s);
   EXPECT_EQ(rep.outcome, StopOutcome::kQuit);
   EXPECT_EQ(d.signaller.delivered, (std::vector<std::pair<pid_t, int>>{{child, SIGKILL}, {grandchild, SIGKILL}}));
@@ -573,7 +660,7 @@ TEST_F(SweepTest, EveryDescendantSeenBeforeTheQuitIsKilledWhateverItsName) {
 
 TEST_F(SweepTest, ADescendantWhosePidWasReusedIsNotKilled) {
   pid_t child = add_process(pid + 1, daemon_uid(), "sh", std::nullopt);
-  d.proc.kids[pid] = {child};
+  d.proc.adopt(pid, child);
   d.runner.handler = [&, inner = d.runner.handler](const Command& c) {
     CommandResult r = inner(c);
     if (c.stdin_data.rfind("quit", 0) == 0) d.proc.procs[child].start_ticks += 1;  // exited; pid taken by another
@@ -965,7 +1052,11 @@ TEST_F(DaemonTest, APidFileThatNeverComesFailsAtTheDeadline) {
   EXPECT_NE(e.find("nvidia-cuda-mps-control.pid does not exist"), std::string::npos) << e;
   EXPECT_GE(d.clock.elapsed(), 3000ms);  // looked for until start_timeout
   EXPECT_LE(d.clock.elapsed(), 3000ms + 20ms);
-  EXPECT_TRUE(d.signaller.requests.empty()) << "never signal a process no pid file proves is ours";
+  // No pid file, but the daemon this start launched is known by ancestry:
+  // that one, and only that one, is ended.
+  const pid_t launched = d.host.daemons.begin()->second;
+  EXPECT_FALSE(d.proc.alive(launched));
+  for (const auto& [p, sig] : d.signaller.requests) EXPECT_EQ(p, launched);
   EXPECT_TRUE(record_files().empty());
 }
 

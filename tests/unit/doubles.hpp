@@ -268,13 +268,31 @@ class FakeProcReader final : public ProcReader {
   std::vector<pid_t> children(pid_t pid) override {
     std::lock_guard lock(mutex);
     auto it = kids.find(pid);
-    return it == kids.end() || !procs.count(pid) ? std::vector<pid_t>{} : it->second;
+    // "This process" is always there, whether or not a test added it.
+    return it == kids.end() || (!procs.count(pid) && pid != self_pid) ? std::vector<pid_t>{} : it->second;
   }
   std::optional<std::string> comm(pid_t pid) override {
     std::lock_guard lock(mutex);
     auto it = comms.find(pid);
     if (it == comms.end() || !procs.count(pid)) return std::nullopt;
     return it->second;
+  }
+  std::optional<FileId> exe(pid_t pid) override {
+    std::lock_guard lock(mutex);
+    auto it = exes.find(pid);
+    if (it == exes.end() || !procs.count(pid)) return std::nullopt;
+    return it->second;
+  }
+  std::optional<FileId> file(const std::string& path) override {
+    std::lock_guard lock(mutex);
+    auto it = files.find(path);
+    if (it == files.end()) return any_file;
+    return it->second;
+  }
+  pid_t self() override { return self_pid; }
+  uint64_t ticks_now() override {
+    std::lock_guard lock(mutex);
+    return now_ticks;
   }
   std::optional<std::string> cgroup(pid_t pid) override {
     std::lock_guard lock(mutex);
@@ -292,6 +310,13 @@ class FakeProcReader final : public ProcReader {
     st.start_ticks = start_ticks;
     st.uid = uid;
     procs[pid] = st;
+  }
+  // `pid` becomes a child of `parent` (its stat names it, the parent's
+  // children list holds it).
+  void adopt(pid_t parent, pid_t pid) {
+    std::lock_guard lock(mutex);
+    procs[pid].ppid = parent;
+    kids[parent].push_back(pid);
   }
   // Gone, with everything /proc showed of it; its children stay (orphans).
   void kill(pid_t pid) {
@@ -318,6 +343,11 @@ class FakeProcReader final : public ProcReader {
   std::map<pid_t, std::vector<pid_t>> kids;  // pid -> direct children
   std::map<pid_t, std::string> comms;        // pid -> /proc/PID/comm
   std::map<pid_t, std::string> cgroups;      // pid -> /proc/PID/cgroup text
+  std::map<pid_t, FileId> exes;              // pid -> the binary it runs
+  std::map<std::string, FileId> files;       // path -> file identity
+  std::optional<FileId> any_file;            // the identity of every path not in `files`
+  pid_t self_pid = 4000;                     // "this process"
+  uint64_t now_ticks = 0;                    // ticks_now()
   // Called on every cgroup() read, before the answer (e.g. to move a process).
   std::function<void(pid_t)> on_cgroup;
   std::string boot = "0c1e3a55-boot-0000-0000-000000000001";
@@ -405,7 +435,9 @@ class FakeClock final : public Clock {
 // answers `get_server_list` while that daemon lives, and `quit` ends it.
 class FakeNvidiaHost {
  public:
-  explicit FakeNvidiaHost(FakeProcReader& proc) : proc_(proc) {}
+  // Every path is the one MPS binary unless a test says otherwise.
+  explicit FakeNvidiaHost(FakeProcReader& proc) : proc_(proc) { proc_.any_file = kMpsControlFile; }
+  static constexpr FileId kMpsControlFile{64769, 424242};
 
   RecordingRunner::Handler handler() {
     return [this](const Command& c) { return handle(c); };
@@ -469,6 +501,8 @@ class FakeNvidiaHost {
   bool create_socket = true;
   bool refuse_limits = false;
   std::optional<uid_t> daemon_uid;  // force the daemon's uid (default: the credentials)
+  std::optional<pid_t> adopted_by;  // the daemon's parent (default: the launching process)
+  std::optional<FileId> daemon_exe; // the binary it runs (default: mps_control's)
   // Launch number (1-based) -> result that replaces the launch (e.g. a failure).
   std::map<int, CommandResult> launch_failures;
   // Called at the moment `-d` runs, before the daemon appears (unlocked).
@@ -492,6 +526,9 @@ class FakeNvidiaHost {
     pid_t pid = next_pid++;
     uid_t uid = daemon_uid ? *daemon_uid : (c.credentials ? c.credentials->uid : geteuid());
     proc_.add(pid, uid, next_ticks++);
+    // Daemonized: adopted by the launching process (its subreaper).
+    proc_.adopt(adopted_by ? *adopted_by : proc_.self_pid, pid);
+    proc_.exes[pid] = daemon_exe ? *daemon_exe : kMpsControlFile;
     proc_.set_environ(pid, "CUDA_MPS_PIPE_DIRECTORY", pipe);
     if (auto v = env_value(c, "CUDA_VISIBLE_DEVICES")) proc_.set_environ(pid, "CUDA_VISIBLE_DEVICES", *v);
     daemons[pipe] = pid;

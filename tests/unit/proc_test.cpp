@@ -29,6 +29,7 @@ TEST(ParseProcStat, ReadsStateAndStartTicks) {
   ASSERT_TRUE(st);
   EXPECT_EQ(st->state, 'S');
   EXPECT_EQ(st->start_ticks, 987654321u);
+  EXPECT_EQ(st->ppid, 1);
 }
 
 TEST(ParseProcStat, CountsFieldsAfterTheLastParenthesis) {
@@ -167,6 +168,44 @@ TEST(SystemProcReader, OwnProcessMatchesAnIndependentReading) {
   EXPECT_EQ(check_identity(me, reader), Liveness::kLive);
   me.start_ticks += 1;
   EXPECT_EQ(check_identity(me, reader), Liveness::kReused);
+}
+
+TEST(SystemProcReader, ParentExeSelfAndTicksAreThisProcesssOwn) {
+  SystemProcReader reader;
+  auto st = reader.stat(getpid());
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->ppid, getppid());
+  EXPECT_EQ(reader.self(), getpid());
+  // /proc/self/exe is the test binary: the same file as its path.
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  ASSERT_GT(n, 0);
+  path[n] = 0;
+  ASSERT_TRUE(reader.exe(getpid()));
+  EXPECT_EQ(reader.exe(getpid()), reader.file(path));
+  EXPECT_NE(reader.exe(getpid()), reader.file("/bin/sh"));
+  EXPECT_FALSE(reader.file("/no/such/file"));
+  // A process started before now, in the same ticks.
+  EXPECT_GE(reader.ticks_now(), st->start_ticks);
+  EXPECT_LT(reader.ticks_now() - st->start_ticks, 100u * 3600);  // under an hour at 100 Hz
+}
+
+TEST(DescendantsOf, WalksChildrenWhoseStatNamesTheirParentAndTheRootsUser) {
+  test::FakeProcReader proc;
+  const ProcessIdentity root{100, 1, proc.boot, 1000};
+  proc.add(100, 1000, 1);
+  proc.add(101, 1000, 2);
+  proc.add(102, 1000, 3);
+  proc.add(103, 1000, 4);
+  proc.add(104, 0, 5);
+  proc.adopt(100, 101);
+  proc.adopt(101, 102);
+  proc.adopt(100, 103);
+  proc.adopt(100, 104);
+  proc.procs[103].ppid = 1;  // listed under 100, but now someone else's child (reused pid)
+  std::vector<pid_t> got;
+  for (const auto& d : descendants_of(root, proc)) got.push_back(d.pid);
+  EXPECT_EQ(got, (std::vector<pid_t>{101, 102}));  // neither 103 (other parent) nor 104 (root)
 }
 
 TEST(SystemProcReader, NonexistentPidIsNullopt) {

@@ -86,6 +86,61 @@ TEST(SystemRunner, FdsAboveTwoAreClosedInTheChild) {
   EXPECT_EQ(above_two, 0) << res.out;
 }
 
+// Command::cgroups: the child writes "0" (itself) into each file before its
+// exec; a real cgroup.procs moves it (the containment e2e checks that),
+// a plain file shows the write happened first.
+TEST(SystemRunner, TheChildJoinsItsCgroupsBeforeItsExec) {
+  test::TempDir tmp;
+  const std::string a = tmp / "a.procs", b = tmp / "b.procs";
+  test::write_text(a, "");
+  test::write_text(b, "");
+  Command c = sh("cat " + a + " " + b);
+  c.cgroups = {a, b};
+  CommandResult res = SystemRunner().run(c);
+  EXPECT_TRUE(res.ok()) << res.describe();
+  EXPECT_EQ(res.out, "00");
+}
+
+TEST(SystemRunner, TheCgroupJoinWorksInAHostWithItsStdioClosed) {
+  // slurmd runs the prolog with fds 0-2 closed: the first file opened is 0.
+  test::TempDir tmp;
+  const std::string a = tmp / "a.procs";
+  test::write_text(a, "");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(0);
+    close(1);
+    close(2);
+    Command c = sh("exit 0");
+    c.cgroups = {a};
+    _exit(SystemRunner().run(c).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::ifstream in(a);
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, "0");
+}
+
+TEST(SystemRunner, AChildThatCannotJoinItsCgroupNeverRuns) {
+  test::TempDir tmp;
+  const std::string marker = tmp / "ran";
+  Command c = sh("touch " + marker);
+  c.cgroups = {"/dev/full"};  // every write fails (ENOSPC), as a cgroup.procs refusing the move would
+  CommandResult res = SystemRunner().run(c);
+  EXPECT_FALSE(res.ok());
+  EXPECT_NE(res.exec_error.find("cannot put /bin/sh into its cgroup (/dev/full): No space left on device"), std::string::npos)
+      << res.describe();
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  // A cgroup file that cannot even be opened: refused before anything starts.
+  c.cgroups = {tmp / "missing/cgroup.procs"};
+  res = SystemRunner().run(c);
+  EXPECT_NE(res.exec_error.find("cannot put /bin/sh into the cgroup"), std::string::npos) << res.describe();
+  EXPECT_FALSE(std::filesystem::exists(marker));
+}
+
 TEST(SystemRunner, ExecErrorsNameTheProgram) {
   SystemRunner r;
   Command c;
