@@ -16,13 +16,13 @@ __attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int argc
     case S_CTX_ALLOCATOR:
     case S_CTX_REMOTE:
       return unilab::mps::spank::register_options(sp, argc, argv);
+    case S_CTX_SLURMD:
+      // slurmd loads the stack at its start (and reconfigure): bad plugin
+      // arguments are refused there, once, not at the first job.
+      return unilab::mps::spank::slurmd_init(argc, argv);
     default:
       return 0;
   }
-}
-
-__attribute__((visibility("default"))) int slurm_spank_slurmd_init(spank_t, int argc, char** argv) {
-  return unilab::mps::spank::slurmd_init(argc, argv);
 }
 
 __attribute__((visibility("default"))) int slurm_spank_task_init_privileged(spank_t sp, int argc, char** argv) {

@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -90,15 +92,25 @@ bool path_in(const std::string& path, const std::string& leaf, bool allow_below)
   return false;
 }
 
-std::vector<pid_t> tree_of(pid_t root, ProcReader& proc) {
-  std::vector<pid_t> out{root};
-  std::set<pid_t> seen{root};
-  for (size_t i = 0; i < out.size() && out.size() < 4096; ++i) {
-    for (pid_t c : proc.children(out[i])) {
-      if (seen.insert(c).second) out.push_back(c);
-    }
+// The job's extern step as it appears in a v2 cgroup path: "<job>/step_extern"
+// where <job> is `job_<id>` or the job's SLUID, the first such pair in
+// `path` (the prolog runs in step_extern or below it).
+std::optional<std::string> v2_job_step(const std::string& path, const std::string& job_id,
+                                       const std::optional<std::string>& sluid) {
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t end = path.find('/', pos);
+    if (end == std::string::npos) end = path.size();
+    parts.push_back(path.substr(pos, end - pos));
+    pos = end + 1;
   }
-  return out;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i] != "step_extern") continue;
+    const std::string& job = parts[i - 1];
+    if (job == "job_" + job_id || (sluid && !sluid->empty() && job == *sluid)) return job + "/step_extern";
+  }
+  return std::nullopt;
 }
 
 // The cgroup version Slurm uses: its CgroupPlugin, or with autodetect v1
@@ -169,8 +181,38 @@ int SystemCgroupFs::write(const std::string& path, const std::string& text) {
   return err;
 }
 
+std::optional<std::string> SystemCgroupFs::read(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return std::nullopt;
+    }
+    if (n == 0 || out.size() > (1u << 20)) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+int SystemCgroupFs::make_dir(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) == 0) return 0;
+  return errno == EEXIST && is_dir(path) ? 0 : errno;
+}
+
+int SystemCgroupFs::remove_dir(const std::string& path) {
+  if (rmdir(path.c_str()) == 0 || errno == ENOENT) return 0;
+  return errno;
+}
+
 std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const std::string& mode, uid_t uid,
-                                                const std::string& job_id, const std::string& own_cgroup, CgroupFs& fs) {
+                                                const std::string& job_id, const std::string& own_cgroup, CgroupFs& fs,
+                                                const std::optional<std::string>& sluid) {
   if (mode == "off") return std::nullopt;
   if (!site.constrain_devices && !site.proctrack_cgroup) return std::nullopt;
   const bool in_job_flags = site.prolog_contain || site.prolog_run_in_job;
@@ -195,12 +237,20 @@ std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const st
   // as on v1 without the flags, refuse only where devices are constrained.
   if (!site.prolog_run_in_job && !site.constrain_devices) return std::nullopt;
   auto own = cgroup_path_of(own_cgroup, "");
-  if (!site.prolog_run_in_job || !own || !path_in(*own, plan.job_cgroup, true)) {
+  if (!site.prolog_run_in_job) {
     throw CudaMpsError(fmt::format(
         "on cgroup v2 the MPS daemon can only start inside job {}'s cgroup when the prolog runs there, but it runs in '{}'; "
         "set PrologFlags=RunInJob in slurm.conf (Slurm 24.05+) and restart slurmctld and slurmd",
         job_id, own.value_or("?")));
   }
+  auto dir = own ? v2_job_step(*own, job_id, sluid) : std::nullopt;
+  if (!dir) {
+    throw CudaMpsError(fmt::format(
+        "PrologFlags=RunInJob is set, but this prolog runs in '{}', not in job {}'s extern step (a 'step_extern' below "
+        "'job_{}'{}); refusing to start a daemon outside the job's cgroup (is the prolog run by something other than slurmstepd?)",
+        own.value_or("?"), job_id, job_id, sluid ? fmt::format(" or '{}', its SLUID", *sluid) : std::string()));
+  }
+  plan.job_cgroup = *dir;
   return plan;
 }
 
@@ -252,11 +302,161 @@ std::optional<std::vector<std::string>> extern_step_procs_files(const Containmen
   return std::nullopt;
 }
 
+namespace {
+
+constexpr const char* kHoldingRoot = "unilab_mps";
+
+std::vector<pid_t> procs_in(const std::string& procs_file, CgroupFs& fs) {
+  std::vector<pid_t> out;
+  auto text = fs.read(procs_file);
+  if (!text) return out;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t end = text->find('\n', pos);
+    if (end == std::string::npos) end = text->size();
+    const std::string line = text->substr(pos, end - pos);
+    pos = end + 1;
+    pid_t pid = 0;
+    auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), pid);
+    if (ec == std::errc() && ptr == line.data() + line.size() && pid > 0) out.push_back(pid);
+  }
+  return out;
+}
+
+// Whether /proc says `pid` is in `dir` (a holding cgroup) for controller `ctrl`.
+bool in_cgroup_dir(const ContainmentPlan& plan, pid_t pid, const std::string& ctrl, const std::string& dir, ProcReader& proc) {
+  auto text = proc.cgroup(pid);
+  if (!text) return false;
+  auto path = cgroup_path_of(*text, ctrl);
+  const std::string prefix = plan.mountpoint + "/" + ctrl;
+  return path && dir.size() > prefix.size() && dir.compare(0, prefix.size(), prefix) == 0 && *path == dir.substr(prefix.size());
+}
+
+// Sets the holding freezer cgroup to `state` and waits (1 s at most) until
+// it reads back so; false when it does not.
+bool set_freezer(const std::string& dir, const std::string& state, CgroupFs& fs) {
+  if (fs.write(dir + "/freezer.state", state) != 0) return false;
+  for (int i = 0; i < 200; ++i) {
+    auto now = fs.read(dir + "/freezer.state");
+    if (now && now->starts_with(state)) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+bool has_freezer(const ContainmentPlan& plan) {
+  return std::find(plan.controllers.begin(), plan.controllers.end(), "freezer") != plan.controllers.end();
+}
+
+}  // namespace
+
+std::string holding_cgroup_dir(const ContainmentPlan& plan, const std::string& ctrl, const std::string& job_id) {
+  return fmt::format("{}/{}/{}/job_{}", plan.mountpoint, ctrl, kHoldingRoot, job_id);
+}
+
+LaunchCgroups prepare_launch_cgroups(const ContainmentPlan& plan, const std::string& node, const std::string& job_id,
+                                     CgroupFs& fs) {
+  LaunchCgroups out;
+  if (plan.cgroup_version != 1 || plan.controllers.empty()) return out;
+  if (auto files = extern_step_procs_files(plan, node, fs)) {
+    out.procs_files = *files;
+    return out;
+  }
+  out.holding = true;
+  for (const auto& ctrl : plan.controllers) {
+    const std::string parent = fmt::format("{}/{}/{}", plan.mountpoint, ctrl, kHoldingRoot);
+    const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
+    for (const auto& d : {parent, dir}) {
+      if (int e = fs.make_dir(d); e != 0) {
+        throw CudaMpsError(fmt::format("cannot make the holding cgroup {} for job {}'s MPS daemons: {}", d, job_id, std::strerror(e)));
+      }
+      // A new cpuset cgroup has no cpus or mems (nothing can join it):
+      // those of its parent.
+      if (ctrl == "cpuset") {
+        const std::string up = split_parent(d).first;
+        for (const char* f : {"cpuset.cpus", "cpuset.mems"}) {
+          auto v = fs.read(up + "/" + f);
+          if (!v || fs.write(d + "/" + f, *v) != 0) {
+            throw CudaMpsError(fmt::format("cannot give the holding cgroup {} the {} of its parent", d, f));
+          }
+        }
+      }
+    }
+    out.procs_files.push_back(dir + "/cgroup.procs");
+  }
+  return out;
+}
+
+std::string adopt_holding_cgroups(const ContainmentPlan& plan, const std::string& job_id,
+                                  const std::vector<std::string>& step_files, ProcReader& proc, CgroupFs& fs) {
+  if (step_files.size() != plan.controllers.size()) return "the job's step_extern cgroups are incomplete";
+  const bool freeze = has_freezer(plan);
+  if (freeze && !set_freezer(holding_cgroup_dir(plan, "freezer", job_id), "FROZEN", fs)) {
+    return fmt::format("cannot freeze the holding cgroup {}", holding_cgroup_dir(plan, "freezer", job_id));
+  }
+  // Frozen, nothing forks or exits; without a freezer a process may fork
+  // while its siblings move: a few rounds take the late ones too.
+  for (int round = 0; round < 16; ++round) {
+    bool moved = false;
+    for (size_t i = 0; i < plan.controllers.size(); ++i) {
+      const std::string dir = holding_cgroup_dir(plan, plan.controllers[i], job_id);
+      for (pid_t pid : procs_in(dir + "/cgroup.procs", fs)) {
+        if (!in_cgroup_dir(plan, pid, plan.controllers[i], dir, proc)) continue;
+        int err = fs.write(step_files[i], std::to_string(pid));
+        if (err != 0 && err != ESRCH) return fmt::format("cannot move pid {} into {}: {}", pid, step_files[i], std::strerror(err));
+        moved = true;
+      }
+    }
+    if (!moved) break;
+  }
+  std::vector<std::string> errors;
+  for (const auto& ctrl : plan.controllers) {
+    const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
+    if (int e = fs.remove_dir(dir); e != 0) errors.push_back(fmt::format("cannot remove {}: {}", dir, std::strerror(e)));
+  }
+  return errors.empty() ? std::string() : fmt::format("{}", fmt::join(errors, "; "));
+}
+
+std::string release_holding_cgroups(const ContainmentPlan& plan, const std::string& job_id, ProcReader& proc,
+                                    Signaller& signaller, CgroupFs& fs, milliseconds timeout) {
+  if (plan.cgroup_version != 1) return {};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    bool any = false;
+    for (const auto& ctrl : plan.controllers) {
+      const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
+      if (!fs.is_dir(dir)) continue;
+      for (pid_t pid : procs_in(dir + "/cgroup.procs", fs)) {
+        any = true;
+        auto st = running_stat(proc, pid);
+        // pidfd first, then the cgroup re-checked: a pid that left and was
+        // reused since the read is not signalled.
+        if (st && in_cgroup_dir(plan, pid, ctrl, dir, proc)) {
+          signaller.send_verified({pid, st->start_ticks, proc.boot_id(), st->uid}, SIGKILL, proc);
+        }
+      }
+    }
+    if (has_freezer(plan) && fs.is_dir(holding_cgroup_dir(plan, "freezer", job_id))) {
+      fs.write(holding_cgroup_dir(plan, "freezer", job_id) + "/freezer.state", "THAWED");  // a frozen process dies once thawed
+    }
+    if (!any || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  std::vector<std::string> errors;
+  for (const auto& ctrl : plan.controllers) {
+    const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
+    if (int e = fs.remove_dir(dir); e != 0) errors.push_back(fmt::format("cannot remove {}: {}", dir, std::strerror(e)));
+  }
+  return errors.empty() ? std::string() : fmt::format("{}", fmt::join(errors, "; "));
+}
+
 std::string move_daemon_tree(const ProcessIdentity& daemon, const std::vector<std::string>& procs_files, ProcReader& proc,
                              CgroupFs& fs) {
   Liveness l = check_identity(daemon, proc);
   if (l != Liveness::kLive) return fmt::format("daemon pid {} is {}", daemon.pid, to_string(l));
-  for (pid_t pid : tree_of(daemon.pid, proc)) {
+  std::vector<pid_t> tree{daemon.pid};
+  for (const auto& d : descendants_of(daemon, proc)) tree.push_back(d.pid);
+  for (pid_t pid : tree) {
     for (const auto& file : procs_files) {
       int err = fs.write(file, std::to_string(pid));
       // A descendant may exit meanwhile (ESRCH); the daemon itself must move.
@@ -284,8 +484,28 @@ bool cgroup_matches(const ContainmentPlan& plan, const std::string& text) {
   return true;
 }
 
-std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std::string& node,
-                                         const std::vector<ProcessIdentity>& daemons, milliseconds deadline_after,
+namespace {
+
+// The mover's work once the step exists: a holding cgroup emptied into it,
+// then each daemon's tree moved (and its identity checked) as well.
+std::vector<std::string> move_into_step(const ContainmentPlan& plan, const std::string& job_id, bool holding,
+                                        const std::vector<std::string>& files, const std::vector<ProcessIdentity>& daemons,
+                                        ProcReader& proc, CgroupFs& fs) {
+  std::vector<std::string> errors;
+  if (holding) {
+    if (std::string e = adopt_holding_cgroups(plan, job_id, files, proc, fs); !e.empty()) errors.push_back(e);
+  }
+  for (const auto& d : daemons) {
+    std::string e = move_daemon_tree(d, files, proc, fs);
+    if (!e.empty()) errors.push_back(e);
+  }
+  return errors;
+}
+
+}  // namespace
+
+std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std::string& node, const std::string& job_id,
+                                         bool holding, const std::vector<ProcessIdentity>& daemons, milliseconds deadline_after,
                                          bool* deferred) {
   std::vector<std::string> errors;
   SystemCgroupFs fs;
@@ -301,15 +521,11 @@ std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std:
     }
     return errors;
   }
-  if (auto files = extern_step_procs_files(plan, node, fs)) {
-    for (const auto& d : daemons) {
-      std::string e = move_daemon_tree(d, *files, proc, fs);
-      if (!e.empty()) errors.push_back(e);
-    }
-    return errors;
-  }
+  if (auto files = extern_step_procs_files(plan, node, fs)) return move_into_step(plan, job_id, holding, *files, daemons, proc, fs);
   // The extern step's cgroups appear after the prolog exits: a detached
-  // process (own session, no fds: slurmd waits for none of it) polls for them.
+  // process (own session, no fds: slurmd waits for none of it) polls for
+  // them. Until then the daemons sit in the holding cgroups; a move that
+  // fails, or a step that never comes, ends everything held there.
   if (deferred) *deferred = true;
   std::fflush(nullptr);
   pid_t child = fork();
@@ -321,7 +537,9 @@ std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std:
     setsid();
     pid_t grandchild = fork();
     if (grandchild != 0) _exit(grandchild < 0 ? 1 : 0);
-    for (int fd = 0; fd < 1024; ++fd) close(fd);
+    if (syscall(SYS_close_range, 0U, ~0U, 0U) != 0) {
+      for (int fd = 0; fd < 65536; ++fd) close(fd);
+    }
     int null_fd = open("/dev/null", O_RDWR);
     if (null_fd == 0) {
       dup2(0, 1);
@@ -331,13 +549,17 @@ std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std:
     std::vector<ProcessIdentity> left = daemons;
     while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
       if (auto files = extern_step_procs_files(plan, node, fs)) {
-        for (const auto& d : left) move_daemon_tree(d, *files, proc, fs);
-        _exit(0);
+        auto failed = move_into_step(plan, job_id, holding, *files, left, proc, fs);
+        if (failed.empty()) _exit(0);
+        break;
       }
       // Give up early on daemons that are gone (job cancelled meanwhile).
       std::erase_if(left, [&](const ProcessIdentity& d) { return check_identity(d, proc) != Liveness::kLive; });
       std::this_thread::sleep_for(milliseconds(10));
     }
+    // Not moved: nothing born in the holding cgroups may outlive this.
+    SystemSignaller signaller;
+    if (holding) release_holding_cgroups(plan, job_id, proc, signaller, fs, milliseconds(2000));
     _exit(left.empty() ? 0 : 1);
   }
   int status = 0;

@@ -67,21 +67,71 @@ class CgroupFs {
   virtual bool is_dir(const std::string& path) = 0;
   // Writes `text` to an existing file; returns 0 or the errno.
   virtual int write(const std::string& path, const std::string& text) = 0;
+  // An existing file's text (cgroup.procs, cpuset.cpus); nullopt when unreadable.
+  virtual std::optional<std::string> read(const std::string&) { return std::nullopt; }
+  // mkdir 0755 (an existing directory is success); returns 0 or the errno.
+  virtual int make_dir(const std::string&) { return ENOTSUP; }
+  // rmdir; returns 0 or the errno (ENOENT counts as success).
+  virtual int remove_dir(const std::string&) { return ENOTSUP; }
 };
 class SystemCgroupFs final : public CgroupFs {
  public:
   bool is_dir(const std::string& path) override;
   int write(const std::string& path, const std::string& text) override;
+  std::optional<std::string> read(const std::string& path) override;
+  int make_dir(const std::string& path) override;
+  int remove_dir(const std::string& path) override;
 };
+
+// Where a job's daemons are born (StartRequest::launch_cgroups), so that
+// neither they nor anything they fork is ever outside the job's control:
+//  - v1 where the job's step_extern exists already (RunInJob): its
+//    cgroup.procs files;
+//  - v1 before Slurm made it (Contain: it appears after the prolog): a
+//    root-owned holding cgroup per controller, `<mnt>/<ctrl>/unilab_mps/
+//    job_<J>` (cpuset: the parent's cpus and mems), that the mover later
+//    empties into step_extern (adopt_holding_cgroups);
+//  - v2: none; the prolog runs inside the job's cgroup and the daemon
+//    inherits it.
+// A user can write none of these (cgroup.procs of root-owned cgroups), so
+// a process born there stays there until root moves it. Throws CudaMpsError
+// when the holding cgroup cannot be made.
+struct LaunchCgroups {
+  std::vector<std::string> procs_files;
+  bool holding = false;  // procs_files are holding cgroups, not the job's own
+};
+LaunchCgroups prepare_launch_cgroups(const ContainmentPlan& plan, const std::string& node, const std::string& job_id,
+                                     CgroupFs& fs);
+
+// The holding cgroup directory of job `job_id` in v1 controller `ctrl`.
+std::string holding_cgroup_dir(const ContainmentPlan& plan, const std::string& ctrl, const std::string& job_id);
+
+// Moves every process in job `job_id`'s holding cgroups into `step_files`
+// (one per controller, extern_step_procs_files' order), freezing the
+// holding freezer cgroup first where there is one (nothing in it can fork
+// or exit meanwhile), then removes the holding cgroups. Each pid is checked
+// to be in the holding cgroup just before it is written. An error line, or
+// empty.
+std::string adopt_holding_cgroups(const ContainmentPlan& plan, const std::string& job_id,
+                                  const std::vector<std::string>& step_files, ProcReader& proc, CgroupFs& fs);
+
+// Kills every process in job `job_id`'s holding cgroups and removes them
+// (the job ended, or its step never appeared). An error line, or empty.
+std::string release_holding_cgroups(const ContainmentPlan& plan, const std::string& job_id, ProcReader& proc,
+                                    Signaller& signaller, CgroupFs& fs, std::chrono::milliseconds timeout);
 
 // Decides where job `job_id`'s daemon for `uid` must live. `mode` is the
 // plugin argument contain=: "auto" contains whenever the site constrains
 // devices or tracks processes with cgroups; "off" never. nullopt: nothing to
 // contain. Throws CudaMpsError, naming the slurm.conf setting to add, when the
 // site constrains devices but its PrologFlags cannot put the daemon in the job.
-// `own_cgroup` is /proc/self/cgroup of the prolog (v2 checks it holds the job).
+// `own_cgroup` is /proc/self/cgroup of the prolog: on v2 the job's cgroup is
+// found there, whatever Slurm named it: the directory holding the
+// prolog's `step_extern`, when it is `job_<id>` (up to 25.11, and 26.05
+// with CgroupJobIdPaths=yes) or the job's SLUID `sluid` (26.05).
 std::optional<ContainmentPlan> plan_containment(const CgroupSite& site, const std::string& mode, uid_t uid,
-                                                const std::string& job_id, const std::string& own_cgroup, CgroupFs& fs);
+                                                const std::string& job_id, const std::string& own_cgroup, CgroupFs& fs,
+                                                const std::optional<std::string>& sluid = std::nullopt);
 
 // What `doctor --node` says about containment on a node: status ok | warn |
 // fail and one line naming what is missing. `v1_mounted`: the freezer
@@ -111,8 +161,10 @@ bool cgroup_matches(const ContainmentPlan& plan, const std::string& proc_cgroup_
 // the step to appear and then moves them (Contain: the step appears after
 // the prolog exits). Returns error lines for daemons that could not be
 // moved now; the detached mover logs nothing (the task path checks).
-std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std::string& node,
-                                         const std::vector<ProcessIdentity>& daemons,
+// With `holding`, the daemons were born in job `job_id`'s holding cgroups:
+// those are emptied into the step (or, when it never appears, killed).
+std::vector<std::string> contain_daemons(const ContainmentPlan& plan, const std::string& node, const std::string& job_id,
+                                         bool holding, const std::vector<ProcessIdentity>& daemons,
                                          std::chrono::milliseconds deadline_after, bool* deferred = nullptr);
 
 // For the task path: waits (bounded) until the daemon `pid` sits in the

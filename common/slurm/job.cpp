@@ -258,6 +258,18 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
   const auto attempts = stop_daemons(s, cfg.tools, store, records, cfg.stop_timeout);
   for (size_t i = 0; i < targets.size(); ++i) report_stop(job, targets[i], attempts[i], out);
   remove_untrusted_records(store, untrusted, out);
+  // The mover empties and removes a job's holding cgroups; when it could
+  // not (it died, the step never came), nothing held there outlives the job.
+  for (const auto& r : records) {
+    if (!r.containment || r.containment->cgroup_version != 1) continue;
+    SystemCgroupFs fs;
+    if (!fs.is_dir(holding_cgroup_dir(*r.containment, r.containment->controllers.front(), job.job_id))) break;
+    SystemProcReader proc;
+    if (std::string e = release_holding_cgroups(*r.containment, job.job_id, proc, s.signaller, fs, cfg.stop_timeout); !e.empty()) {
+      out.errors.push_back(fmt::format("job {}: {}", job.job_id, e));
+    }
+    break;
+  }
 }
 
 // The node's GPUs in GRES order (the one nvidia-smi call of the job),
@@ -315,12 +327,12 @@ std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobC
 
 // Moves the started daemons into the job's cgroup (or arranges that they
 // join it once Slurm creates it); the line to log, or CudaMpsError.
-std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, const ContainmentPlan& plan,
+std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, const ContainmentPlan& plan, bool holding,
                                 const std::vector<DaemonRecord>& started) {
   std::vector<ProcessIdentity> ids;
   for (const auto& r : started) ids.push_back(r.identity());
   bool deferred = false;
-  auto errors = contain_daemons(plan, job.node, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
+  auto errors = contain_daemons(plan, job.node, job.job_id, holding, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
   if (!errors.empty()) {
     throw CudaMpsError(fmt::format("cannot move job {}'s MPS daemons into the job's cgroup: {}", job.job_id, join(errors, "; ")));
   }
@@ -472,6 +484,12 @@ JobContext job_context_from_env(const Getenv& env) {
   auto node = env("SLURMD_NODENAME");
   j.node = node && !node->empty() ? *node : current_host();
   j.slurm_conf = env("SLURM_CONF");
+  if (auto sluid = env("SLURM_JOB_SLUID"); sluid && !sluid->empty()) {
+    if (!std::all_of(sluid->begin(), sluid->end(), [](unsigned char c) { return std::isalnum(c); })) {
+      throw CudaMpsError(fmt::format("SLURM_JOB_SLUID '{}' is not a Slurm SLUID (letters and digits)", escape_control(*sluid)));
+    }
+    j.sluid = sluid;
+  }
   return j;
 }
 
@@ -590,7 +608,7 @@ std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, con
   }
   SystemCgroupFs fs;
   SystemProcReader proc;
-  return plan_containment(site, cfg.contain, job.uid, job.job_id, proc.cgroup(getpid()).value_or(""), fs);
+  return plan_containment(site, cfg.contain, job.uid, job.job_id, proc.cgroup(getpid()).value_or(""), fs, job.sluid);
 }
 
 PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobContext& job, const JobRequest& req) {
@@ -614,12 +632,28 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
   // cannot put the daemon in the job refuses the job here.
   std::optional<ContainmentPlan> plan = job_containment_plan(cfg, job);
   auto requests = job_start_requests(cfg, job, req, job_gpus, node_gpus, plan);
-  out.started = start_daemons(s, cfg.tools, store, requests, cfg.stop_timeout);
+  // Born contained: in the job's cgroups, or in holding ones until Slurm
+  // makes the job's (containment.hpp, prepare_launch_cgroups).
+  LaunchCgroups born;
+  SystemCgroupFs fs;
+  SystemProcReader proc;
+  if (plan) born = prepare_launch_cgroups(*plan, job.node, job.job_id, fs);
+  for (auto& r : requests) r.launch_cgroups = born.procs_files;
+  auto release = [&] {
+    if (born.holding) release_holding_cgroups(*plan, job.job_id, proc, s.signaller, fs, cfg.stop_timeout);
+  };
+  try {
+    out.started = start_daemons(s, cfg.tools, store, requests, cfg.stop_timeout);
+  } catch (const CudaMpsError&) {
+    release();
+    throw;
+  }
   if (plan) {
     try {
-      out.warnings.push_back(contain_job_daemons(cfg, job, *plan, out.started));
+      out.warnings.push_back(contain_job_daemons(cfg, job, *plan, born.holding, out.started));
     } catch (const CudaMpsError&) {
       stop_daemons(s, cfg.tools, store, out.started, cfg.stop_timeout);
+      release();
       throw;
     }
   }

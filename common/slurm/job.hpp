@@ -28,6 +28,9 @@ struct JobContext {
   std::optional<std::string> job_gpus;    // SLURM_JOB_GPUS (GRES indices)
   std::string node;                       // SLURMD_NODENAME, else the host name
   std::optional<std::string> slurm_conf;  // SLURM_CONF
+  // SLURM_JOB_SLUID (Slurm 25.11+ in the prolog): 26.05 names the job's
+  // cgroup v2 directory after it unless CgroupJobIdPaths=yes.
+  std::optional<std::string> sluid;
 };
 // Throws CudaMpsError naming a missing or malformed variable.
 JobContext job_context_from_env(const Getenv& env);

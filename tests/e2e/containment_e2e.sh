@@ -174,6 +174,45 @@ record_or_end_part() {
 }
 client_cmd() { printf '%s' "srun $FAKES/fake-cuda-client --hold $1"; }
 
+# attack.stray-child (#22 item 4): a process a user injects into the daemon
+# before it is contained (PTRACE_SEIZE it, make it double-fork) is outside
+# the daemon's tree, so moving the tree never moved it; the fake plants one
+# at start (mps_stray_child=1: /bin/sleep, pid in <log dir>/stray.pid).
+# The daemon is born contained (the job's step_extern, or a root-owned
+# holding cgroup until Slurm makes it), so the stray is in the job's cgroup
+# and dies with the job. Arguments: the case id, the tail of the job's
+# cgroup path with %J for the job id, and which lines of the stray's
+# /proc/PID/cgroup must end there (v1: freezer and devices; v2: "0::").
+stray_case() {
+  local id=$1 want stray= logd where= line lines=${3:-'^[0-9]+:(freezer|devices):'}
+  case_begin "$id" "a process planted outside the daemon's tree before containment (the ptrace window) is in the job's cgroup and dies with the job"
+  fake_conf mps_stray_child=1
+  submit "sleep 60"
+  want=${2//%J/$JOB}
+  if find_record; then
+    logd=$(rec_field "$REC" log_directory)
+    wait_for 20 test -s "$logd/stray.pid" || fail "the fake planted its stray"
+    stray=$(cat "$logd/stray.pid" 2>/dev/null)
+    check "the stray runs" proc_running "${stray:-0}"
+    # The mover acts once Slurm made the step (Contain): the daemon is there first.
+    wait_for 20 bash -c "grep -q '$want\$' /proc/$DPID/cgroup" || fail "the daemon reaches the job's cgroup" "$(cat "/proc/$DPID/cgroup" 2>/dev/null)"
+    where=$(grep -E "$lines" "/proc/${stray:-0}/cgroup" 2>/dev/null | tr '\n' ' ')
+    for line in $where; do
+      expect_contains "the stray's cgroup ${line%%:/*} is the job's" "$line|" "$want|"
+    done
+    check "the stray's cgroups were read" test -n "$where"
+  else
+    fail "the job's daemon record appears" "$(cat "$OUT/contain-$JOB.out" 2>/dev/null)"
+  fi
+  as_user unimps1 scancel "$JOB"
+  wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+  wait_for 10 bash -c "! kill -0 ${stray:-0} 2>/dev/null"
+  check_not "the stray is gone with the job" proc_running "${stray:-0}"
+  expect_eq "no holding cgroup of the job is left" "" "$(ls -d /sys/fs/cgroup/*/unilab_mps/job_"$JOB" 2>/dev/null)"
+  fake_conf
+  case_end "stray in: $where"
+}
+
 cgroup_part() {
   fake_conf
   bring_up cgroup || { fail "cgroup: cluster up"; cluster_down; return; }
@@ -238,6 +277,8 @@ cgroup_part() {
   expect_tree_gone "$spid"
   fake_conf
   case_end "daemon and orphaned server gone"
+
+  stray_case attack.stray-child "/uid_$U1/job_%J/step_extern"
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 
   case_begin contain.refused "ConstrainDevices=yes without PrologFlags=Contain: --unilab-mps jobs are refused, naming the setting"
@@ -277,6 +318,8 @@ cgroup_runinjob_part() {
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
   expect_tree_gone "$spid"
   case_end "daemon and server gone after scancel$(user_epilog_note)"
+
+  stray_case attack.stray-child-runinjob "/uid_$U1/job_%J/step_extern"
 
   case_begin contain.v1-runinjob-user-epilog "an Epilog Slurm starts as the job's user (its RunInJob x11 race, made certain here) acts on nothing and fails closed naming the race and the fix; the rerun as root that docs/ADMIN.md gives leaves nothing"
   local wrapper=$CLUSTER_DIR/etc/unilab-mps-epilog.sh msg
@@ -504,8 +547,8 @@ for part in "${parts[@]}"; do
   case $part in
     helpers) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 8)); helpers_part ;;
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
-    cgroup) MIN_CASES=$((MIN_CASES + 6)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_part ;;
-    cgroup-runinjob) MIN_CASES=$((MIN_CASES + 3)) MIN_CHECKS=$((MIN_CHECKS + 18)); cgroup_runinjob_part ;;
+    cgroup) MIN_CASES=$((MIN_CASES + 7)) MIN_CHECKS=$((MIN_CHECKS + 26)); cgroup_part ;;
+    cgroup-runinjob) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_runinjob_part ;;
     cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 9)); cgroup2_part ;;
     *) fail "unknown part $part" ;;
   esac

@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <map>
+#include <set>
 
 #include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
@@ -26,11 +29,32 @@ class FakeCgroupFs final : public CgroupFs {
   int write(const std::string& path, const std::string& text) override {
     if (auto it = errors.find(text); it != errors.end()) return it->second;
     writes.emplace_back(path, text);
+    if (on_write) on_write(path, text);
+    return 0;
+  }
+  std::optional<std::string> read(const std::string& path) override {
+    auto it = files.find(path);
+    if (it == files.end()) return std::nullopt;
+    return it->second;
+  }
+  int make_dir(const std::string& path) override {
+    if (auto it = mkdir_errors.find(path); it != mkdir_errors.end()) return it->second;
+    made.push_back(path);
+    dirs.insert(path);
+    return 0;
+  }
+  int remove_dir(const std::string& path) override {
+    removed.push_back(path);
+    dirs.erase(path);
     return 0;
   }
   std::set<std::string> dirs;
   std::map<std::string, int> errors;  // written text -> errno
   std::vector<std::pair<std::string, std::string>> writes;
+  std::map<std::string, std::string> files;  // path -> what read() answers
+  std::map<std::string, int> mkdir_errors;
+  std::vector<std::string> made, removed;
+  std::function<void(const std::string&, const std::string&)> on_write;
 };
 
 // --- cgroup_site_from / read_cgroup_site ---------------------------------------------
@@ -276,6 +300,34 @@ TEST(PlanContainment, V2WithoutRunInJobOrOutsideTheJobIsRefusedNamingRunInJob) {
   EXPECT_THROW(plan_containment(v2_site(), "auto", 1000, "7", "", fs), CudaMpsError);
 }
 
+TEST(PlanContainment, V2FindsTheJobCgroupNamedAfterItsSluid) {
+  // Slurm 26.05 names the job's directory after its SLUID (CgroupJobIdPaths=no).
+  FakeCgroupFs fs;
+  const std::string own = "0::/system.slice/n1_slurmstepd.scope/sCZHM8TRA95200/step_extern/slurm\n";
+  auto plan = plan_containment(v2_site(), "auto", 1000, "7", own, fs, std::string("sCZHM8TRA95200"));
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->job_cgroup, "sCZHM8TRA95200/step_extern");
+  EXPECT_TRUE(cgroup_matches(*plan, own));
+  EXPECT_FALSE(cgroup_matches(*plan, "0::/system.slice/n1_slurmstepd.scope/sOTHERJOB00000/step_extern/slurm\n"));
+  // CgroupJobIdPaths=yes: job_<id> again, with a SLUID in the environment.
+  plan = plan_containment(v2_site(), "auto", 1000, "7", kOwnV2, fs, std::string("sCZHM8TRA95200"));
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->job_cgroup, "job_7/step_extern");
+}
+
+TEST(PlanContainment, V2WithRunInJobOutsideTheJobsStepNamesWhereThePrologRunsNotTheFlag) {
+  FakeCgroupFs fs;
+  const std::string own = "0::/system.slice/n1_slurmstepd.scope/sCZHM8TRA95200/step_extern/slurm\n";
+  // No SLUID given (before 25.11 there is none): that directory is no job of ours.
+  std::string e = error_of([&] { plan_containment(v2_site(), "auto", 1000, "7", own, fs); });
+  EXPECT_TRUE(has(e, "PrologFlags=RunInJob is set")) << e;
+  EXPECT_TRUE(has(e, "/sCZHM8TRA95200/step_extern/slurm")) << e;
+  EXPECT_FALSE(has(e, "set PrologFlags=RunInJob")) << e;
+  // Another job's SLUID.
+  e = error_of([&] { plan_containment(v2_site(), "auto", 1000, "7", own, fs, std::string("sOTHERJOB00000")); });
+  EXPECT_TRUE(has(e, "sOTHERJOB00000")) << e;
+}
+
 TEST(PlanContainment, V2WithoutRunInJobButWithoutDeviceConstraintPlansNothing) {
   // As on v1 without the flags: the daemon could reach no GPU beyond the job,
   // so a site that merely tracks processes with cgroups is not refused.
@@ -363,8 +415,8 @@ class MoveDaemonTreeTest : public ::testing::Test {
     proc.add(500, 1000, 9000);  // the control daemon
     proc.add(501, 1000, 9001);  // its server
     proc.add(502, 1000, 9002);  // the server's child
-    proc.kids[500] = {501};
-    proc.kids[501] = {502};
+    proc.adopt(500, 501);
+    proc.adopt(501, 502);
   }
   std::vector<std::pair<std::string, std::string>> writes_of(std::vector<std::string> pids) {
     std::vector<std::pair<std::string, std::string>> out;
@@ -396,6 +448,19 @@ TEST_F(MoveDaemonTreeTest, RefusesADaemonThatIsNotLiveAndWritesNothing) {
   EXPECT_TRUE(fs.writes.empty());
 }
 
+TEST_F(MoveDaemonTreeTest, AListedChildWhoseStatNamesAnotherParentOrUserIsLeftAlone) {
+  // /proc/500/task/*/children still lists 501 after it exited and its pid
+  // went to a process of someone else: that one is not the daemon's.
+  proc.procs[501].ppid = 1;
+  EXPECT_EQ(move_daemon_tree(daemon, files, proc, fs), "");
+  EXPECT_EQ(fs.writes, writes_of({"500"}));
+  fs.writes.clear();
+  proc.procs[501].ppid = 500;
+  proc.procs[501].uid = 0;  // became root (a setuid helper's real uid stays the user's)
+  EXPECT_EQ(move_daemon_tree(daemon, files, proc, fs), "");
+  EXPECT_EQ(fs.writes, writes_of({"500"}));
+}
+
 TEST_F(MoveDaemonTreeTest, ADescendantThatExitedMeanwhileIsTolerated) {
   fs.errors["501"] = ESRCH;
   EXPECT_EQ(move_daemon_tree(daemon, files, proc, fs), "");
@@ -414,6 +479,128 @@ TEST_F(MoveDaemonTreeTest, OtherErrorsForADescendantAreErrors) {
   std::string e = move_daemon_tree(daemon, files, proc, fs);
   EXPECT_TRUE(has(e, "cannot move pid 502")) << e;
   EXPECT_TRUE(has(e, files[0])) << e;
+}
+
+// --- launch and holding cgroups (born contained) --------------------------------------
+
+TEST(LaunchCgroups, V1WithTheExternStepThereAlreadyIsBornInIt) {
+  FakeCgroupFs fs;
+  fs.dirs = {"/cg/freezer/slurm/uid_1000/job_7/step_extern", "/cg/devices/slurm/uid_1000/job_7/step_extern"};
+  LaunchCgroups born = prepare_launch_cgroups(v1_plan(), "n1", "7", fs);
+  EXPECT_FALSE(born.holding);
+  EXPECT_EQ(born.procs_files, (std::vector<std::string>{"/cg/freezer/slurm/uid_1000/job_7/step_extern/cgroup.procs",
+                                                        "/cg/devices/slurm/uid_1000/job_7/step_extern/cgroup.procs"}));
+  EXPECT_TRUE(fs.made.empty());
+}
+
+TEST(LaunchCgroups, V1BeforeTheStepExistsIsBornInARootOwnedHoldingCgroup) {
+  FakeCgroupFs fs;
+  LaunchCgroups born = prepare_launch_cgroups(v1_plan(), "n1", "7", fs);
+  EXPECT_TRUE(born.holding);
+  EXPECT_EQ(born.procs_files, (std::vector<std::string>{"/cg/freezer/unilab_mps/job_7/cgroup.procs",
+                                                        "/cg/devices/unilab_mps/job_7/cgroup.procs"}));
+  EXPECT_EQ(fs.made, (std::vector<std::string>{"/cg/freezer/unilab_mps", "/cg/freezer/unilab_mps/job_7", "/cg/devices/unilab_mps",
+                                               "/cg/devices/unilab_mps/job_7"}));
+}
+
+TEST(LaunchCgroups, AHoldingCpusetGetsItsParentsCpusAndMems) {
+  FakeCgroupFs fs;
+  ContainmentPlan plan = v1_plan();
+  plan.controllers = {"cpuset"};
+  fs.files["/cg/cpuset/cpuset.cpus"] = "0-3\n";
+  fs.files["/cg/cpuset/cpuset.mems"] = "0\n";
+  fs.files["/cg/cpuset/unilab_mps/cpuset.cpus"] = "0-3\n";
+  fs.files["/cg/cpuset/unilab_mps/cpuset.mems"] = "0\n";
+  prepare_launch_cgroups(plan, "n1", "7", fs);
+  EXPECT_EQ(fs.writes, (std::vector<std::pair<std::string, std::string>>{{"/cg/cpuset/unilab_mps/cpuset.cpus", "0-3\n"},
+                                                                          {"/cg/cpuset/unilab_mps/cpuset.mems", "0\n"},
+                                                                          {"/cg/cpuset/unilab_mps/job_7/cpuset.cpus", "0-3\n"},
+                                                                          {"/cg/cpuset/unilab_mps/job_7/cpuset.mems", "0\n"}}));
+  // A parent that cannot be read: refused, not a cpuset nothing can join.
+  FakeCgroupFs bare;
+  std::string e = error_of([&] { prepare_launch_cgroups(plan, "n1", "7", bare); });
+  EXPECT_TRUE(has(e, "cpuset.cpus")) << e;
+}
+
+TEST(LaunchCgroups, AHoldingCgroupThatCannotBeMadeRefusesTheStart) {
+  FakeCgroupFs fs;
+  fs.mkdir_errors["/cg/devices/unilab_mps/job_7"] = EACCES;
+  std::string e = error_of([&] { prepare_launch_cgroups(v1_plan(), "n1", "7", fs); });
+  EXPECT_TRUE(has(e, "/cg/devices/unilab_mps/job_7")) << e;
+  EXPECT_TRUE(has(e, "Permission denied")) << e;
+}
+
+TEST(LaunchCgroups, V2IsBornWhereThePrologRuns) {
+  FakeCgroupFs fs;
+  LaunchCgroups born = prepare_launch_cgroups(v2_plan(), "n1", "7", fs);
+  EXPECT_FALSE(born.holding);
+  EXPECT_TRUE(born.procs_files.empty());
+}
+
+// What a user injected into the daemon before the step existed (a double
+// fork: no descendant of the daemon) is in the holding cgroup, so it moves
+// with the daemon; a pid /proc no longer shows there is not written.
+class HoldingTest : public ::testing::Test {
+ protected:
+  test::FakeProcReader proc;
+  test::RecordingSignaller signaller;
+  FakeCgroupFs fs;
+  ContainmentPlan plan = v1_plan();
+  std::vector<std::string> step{"/cg/freezer/slurm/uid_1000/job_7/step_extern/cgroup.procs",
+                                "/cg/devices/slurm/uid_1000/job_7/step_extern/cgroup.procs"};
+  void SetUp() override {
+    fs.dirs = {"/cg/freezer/unilab_mps/job_7", "/cg/devices/unilab_mps/job_7"};
+    for (pid_t p : {500, 777}) {
+      proc.add(p, 1000, 9000 + static_cast<uint64_t>(p));
+      proc.cgroups[p] = "5:devices:/unilab_mps/job_7\n4:freezer:/unilab_mps/job_7\n";
+    }
+    fs.files["/cg/freezer/unilab_mps/job_7/cgroup.procs"] = "500\n777\n";
+    fs.files["/cg/devices/unilab_mps/job_7/cgroup.procs"] = "500\n777\n";
+    fs.files["/cg/freezer/unilab_mps/job_7/freezer.state"] = "FROZEN\n";
+    // A moved pid leaves the holding cgroup.
+    fs.on_write = [this](const std::string& path, const std::string& text) {
+      for (size_t i = 0; i < step.size(); ++i) {
+        if (path != step[i]) continue;
+        const std::string ctrl = plan.controllers[i];
+        auto& listed = fs.files["/cg/" + ctrl + "/unilab_mps/job_7/cgroup.procs"];
+        listed.erase(listed.find(text + "\n"), text.size() + 1);
+      }
+    };
+  }
+};
+
+TEST_F(HoldingTest, AdoptionFreezesMovesEveryHeldProcessAndRemovesTheHoldingCgroups) {
+  EXPECT_EQ(adopt_holding_cgroups(plan, "7", step, proc, fs), "");
+  ASSERT_FALSE(fs.writes.empty());
+  EXPECT_EQ(fs.writes[0], (std::pair<std::string, std::string>{"/cg/freezer/unilab_mps/job_7/freezer.state", "FROZEN"}));
+  std::vector<std::pair<std::string, std::string>> moves(fs.writes.begin() + 1, fs.writes.end());
+  EXPECT_EQ(moves, (std::vector<std::pair<std::string, std::string>>{
+                       {step[0], "500"}, {step[0], "777"}, {step[1], "500"}, {step[1], "777"}}));
+  EXPECT_EQ(fs.removed, (std::vector<std::string>{"/cg/freezer/unilab_mps/job_7", "/cg/devices/unilab_mps/job_7"}));
+}
+
+TEST_F(HoldingTest, APidThatLeftTheHoldingCgroupIsNotMoved) {
+  proc.cgroups[777] = "5:devices:/system.slice\n4:freezer:/\n";  // exited, the pid reused elsewhere
+  EXPECT_EQ(adopt_holding_cgroups(plan, "7", step, proc, fs), "");
+  for (const auto& [file, pid] : fs.writes) EXPECT_NE(pid, "777") << file;
+}
+
+TEST_F(HoldingTest, AHoldingCgroupThatCannotBeFrozenIsAnErrorAndNothingMoves) {
+  fs.files["/cg/freezer/unilab_mps/job_7/freezer.state"] = "FREEZING\n";
+  std::string e = adopt_holding_cgroups(plan, "7", step, proc, fs);
+  EXPECT_TRUE(has(e, "cannot freeze")) << e;
+  for (const auto& [file, text] : fs.writes) EXPECT_EQ(file, "/cg/freezer/unilab_mps/job_7/freezer.state");
+}
+
+TEST_F(HoldingTest, ReleaseKillsEveryHeldProcessAndRemovesTheHoldingCgroups) {
+  fs.files["/cg/freezer/unilab_mps/job_7/cgroup.procs"] = "500\n777\n";
+  proc.cgroups[777] = "5:devices:/unilab_mps/job_7\n4:freezer:/unilab_mps/job_7\n";
+  // Killed processes leave the cgroup.
+  signaller.lethal = {SIGKILL};
+  EXPECT_EQ(release_holding_cgroups(plan, "7", proc, signaller, fs, 0ms), "");
+  EXPECT_FALSE(proc.alive(500));
+  EXPECT_FALSE(proc.alive(777));
+  EXPECT_EQ(fs.removed, (std::vector<std::string>{"/cg/freezer/unilab_mps/job_7", "/cg/devices/unilab_mps/job_7"}));
 }
 
 // --- cgroup_matches -------------------------------------------------------------------
