@@ -300,7 +300,7 @@ std::vector<ProcessIdentity> launched_daemons(Starting& st) {
   std::vector<ProcessIdentity> out;
   const pid_t self = st.s.proc.self();
   for (pid_t c : st.s.proc.children(self)) {
-    if (!not_launched_because(st, c).empty()) continue;
+    if (!st.binary || !not_launched_because(st, c).empty()) continue;
     if (auto stat = running_stat(st.s.proc, c)) out.push_back({c, stat->start_ticks, st.s.proc.boot_id(), stat->uid});
   }
   return out;
@@ -355,10 +355,9 @@ void launch(Starting& st) {
     throw abandon(st, fmt::format("cannot start MPS daemon '{}': prctl(PR_SET_CHILD_SUBREAPER): {}", st.req.name, std::strerror(errno)),
                   std::nullopt);
   }
+  // A binary that cannot be stat'ed fails its launch below, with the
+  // runner's own "cannot execute" message; nothing is ever proven against it.
   st.binary = st.s.proc.file(st.mps.path());
-  if (!st.binary) {
-    throw abandon(st, fmt::format("cannot start MPS daemon '{}': cannot stat {}", st.req.name, st.mps.path()), std::nullopt);
-  }
   st.launch_ticks = st.s.proc.ticks_now();
   // At least a moment for `-d` itself, even when the deadline has come.
   const milliseconds limit = std::max(remaining(st.s.clock, st.deadline), milliseconds(100));

@@ -354,10 +354,38 @@ std::string holding_cgroup_dir(const ContainmentPlan& plan, const std::string& c
   return fmt::format("{}/{}/{}/job_{}", plan.mountpoint, ctrl, kHoldingRoot, job_id);
 }
 
+std::optional<std::string> v2_daemon_cgroup_dir(const ContainmentPlan& plan, const std::string& own_cgroup) {
+  if (plan.cgroup_version != 2) return std::nullopt;
+  auto own = cgroup_path_of(own_cgroup, "");
+  if (!own) return std::nullopt;
+  const std::string needle = "/" + plan.job_cgroup;
+  for (size_t at = own->find(needle); at != std::string::npos; at = own->find(needle, at + 1)) {
+    size_t end = at + needle.size();
+    if (end == own->size() || (*own)[end] == '/') return plan.mountpoint + own->substr(0, end) + "/user/" + kHoldingRoot;
+  }
+  return std::nullopt;
+}
+
+std::string remove_v2_daemon_cgroup(const ContainmentPlan& plan, const std::string& own_cgroup, CgroupFs& fs) {
+  auto dir = v2_daemon_cgroup_dir(plan, own_cgroup);
+  if (!dir || !fs.is_dir(*dir)) return {};
+  if (int e = fs.remove_dir(*dir); e != 0) return fmt::format("cannot remove {}: {}", *dir, std::strerror(e));
+  return {};
+}
+
 LaunchCgroups prepare_launch_cgroups(const ContainmentPlan& plan, const std::string& node, const std::string& job_id,
-                                     CgroupFs& fs) {
+                                     const std::string& own_cgroup, CgroupFs& fs) {
   LaunchCgroups out;
-  if (plan.cgroup_version != 1 || plan.controllers.empty()) return out;
+  if (plan.cgroup_version == 2) {
+    auto dir = v2_daemon_cgroup_dir(plan, own_cgroup);
+    if (!dir || !fs.is_dir(split_parent(*dir).first)) return out;  // no step_extern/user: the prolog's own cgroup
+    if (int e = fs.make_dir(*dir); e != 0) {
+      throw CudaMpsError(fmt::format("cannot make the cgroup {} for job {}'s MPS daemons: {}", *dir, job_id, std::strerror(e)));
+    }
+    out.procs_files.push_back(*dir + "/cgroup.procs");
+    return out;
+  }
+  if (plan.controllers.empty()) return out;
   if (auto files = extern_step_procs_files(plan, node, fs)) {
     out.procs_files = *files;
     return out;

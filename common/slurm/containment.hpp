@@ -16,7 +16,9 @@
 //    exists already and the daemon must still be moved into freezer
 //    step_extern to die with the job.
 //  - cgroup v2, PrologFlags=RunInJob: the prolog runs in
-//    `.../job_J/step_extern/...`; the daemon inherits it, nothing to move.
+//    `.../<job>/step_extern/slurm` (<job>: `job_J`, or on 26.05 the job's
+//    SLUID); the daemon is born in `step_extern/user/unilab_mps`, where
+//    Slurm's own teardown kills (prepare_launch_cgroups), nothing to move.
 //    Without RunInJob the prolog runs in slurmd's cgroup: refused.
 // cgroup.procs moves one process, not what it forked earlier: the daemon's
 // whole tree (MPS servers, if a client somehow came first) is moved.
@@ -91,8 +93,12 @@ class SystemCgroupFs final : public CgroupFs {
 //    root-owned holding cgroup per controller, `<mnt>/<ctrl>/unilab_mps/
 //    job_<J>` (cpuset: the parent's cpus and mems), that the mover later
 //    empties into step_extern (adopt_holding_cgroups);
-//  - v2: none; the prolog runs inside the job's cgroup and the daemon
-//    inherits it.
+//  - v2: `<job>/step_extern/user/unilab_mps` (made by root), beside the
+//    tasks of the extern step: Slurm 25.05+ ends a job by writing
+//    step_extern/user's cgroup.kill and waits for the step's processes, so
+//    a daemon left where the prolog runs (step_extern/slurm) is never killed
+//    and the job hangs in COMPLETING (seen on 26.05.5). Where Slurm made no
+//    step_extern/user, the daemon inherits the prolog's cgroup as before.
 // A user can write none of these (cgroup.procs of root-owned cgroups), so
 // a process born there stays there until root moves it. Throws CudaMpsError
 // when the holding cgroup cannot be made.
@@ -100,8 +106,18 @@ struct LaunchCgroups {
   std::vector<std::string> procs_files;
   bool holding = false;  // procs_files are holding cgroups, not the job's own
 };
+// `own_cgroup`: /proc/self/cgroup of the prolog (v2 finds the step there).
 LaunchCgroups prepare_launch_cgroups(const ContainmentPlan& plan, const std::string& node, const std::string& job_id,
-                                     CgroupFs& fs);
+                                     const std::string& own_cgroup, CgroupFs& fs);
+
+// The v2 cgroup directory a job's daemons are born in (see above), from
+// the /proc/self/cgroup text of a prolog or epilog running in that job's
+// extern step; nullopt when that text names no such step.
+std::optional<std::string> v2_daemon_cgroup_dir(const ContainmentPlan& plan, const std::string& own_cgroup);
+
+// The epilog's part: removes the v2 daemon cgroup (empty by then: Slurm
+// killed what was in it). An error line, or empty.
+std::string remove_v2_daemon_cgroup(const ContainmentPlan& plan, const std::string& own_cgroup, CgroupFs& fs);
 
 // The holding cgroup directory of job `job_id` in v1 controller `ctrl`.
 std::string holding_cgroup_dir(const ContainmentPlan& plan, const std::string& ctrl, const std::string& job_id);

@@ -260,7 +260,17 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
   remove_untrusted_records(store, untrusted, out);
   // The mover empties and removes a job's holding cgroups; when it could
   // not (it died, the step never came), nothing held there outlives the job.
+  // On v2 the daemons' own cgroup in the extern step goes (Slurm killed
+  // what was in it before this epilog ran).
   for (const auto& r : records) {
+    if (r.containment && r.containment->cgroup_version == 2) {
+      SystemCgroupFs fs;
+      SystemProcReader proc;
+      if (std::string e = remove_v2_daemon_cgroup(*r.containment, proc.cgroup(getpid()).value_or(""), fs); !e.empty()) {
+        out.warnings.push_back(fmt::format("job {}: {}", job.job_id, e));
+      }
+      break;
+    }
     if (!r.containment || r.containment->cgroup_version != 1) continue;
     SystemCgroupFs fs;
     if (!fs.is_dir(holding_cgroup_dir(*r.containment, r.containment->controllers.front(), job.job_id))) break;
@@ -637,7 +647,7 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
   LaunchCgroups born;
   SystemCgroupFs fs;
   SystemProcReader proc;
-  if (plan) born = prepare_launch_cgroups(*plan, job.node, job.job_id, fs);
+  if (plan) born = prepare_launch_cgroups(*plan, job.node, job.job_id, proc.cgroup(getpid()).value_or(""), fs);
   for (auto& r : requests) r.launch_cgroups = born.procs_files;
   auto release = [&] {
     if (born.holding) release_holding_cgroups(*plan, job.job_id, proc, s.signaller, fs, cfg.stop_timeout);

@@ -360,14 +360,20 @@ cgroup2_part() {
   CLUSTER_CGROUP2_SHIM=$shim bring_up cgroup2 || { fail "cgroup2: cluster up"; cluster_down; return; }
 
   case_begin contain.v2-cgroup "cgroup v2, RunInJob: daemon and MPS server sit in the job's extern step"
-  submit "$(client_cmd 30)"
+  # The job's cgroup as Slurm named it (job_<id>, or on 26.05 its SLUID):
+  # read from the batch step's own /proc/self/cgroup.
+  submit "cat /proc/self/cgroup; $(client_cmd 30)"
   record_or_end_part || return
+  local jobdir
+  wait_for 20 grep -q '^0::' "$OUT/contain-$JOB.out"
+  jobdir=$(sed -n 's#^0::\(.*\)/step_batch/.*#\1#p' "$OUT/contain-$JOB.out" | head -n1)
+  check "the batch step's cgroup names the job's directory" test -n "$jobdir"
   wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
   spid=$(children_of "$DPID" | head -n1)
   d=$(cgroup2_of "$DPID") s=$(cgroup2_of "$spid")
-  expect_contains "daemon's cgroup is the job's extern step" "$d" "/job_$JOB/step_extern"
-  expect_contains "server's cgroup is the job's extern step" "$s" "/job_$JOB/step_extern"
-  case_end "daemon $d; server $s"
+  expect_contains "daemon's cgroup is the job's extern step" "$d" "${jobdir:-?}/step_extern/"
+  expect_contains "server's cgroup is the job's extern step" "$s" "${jobdir:-?}/step_extern/"
+  case_end "job ${jobdir##*/}; daemon $d; server $s"
 
   case_begin contain.v2-devices "cgroup v2: a process the daemon forks opens only the job's GPU device file"
   probe=$(printf '_open_devices %s\n' "${GPU_DEVS[*]}" | as_user unimps1 env CUDA_MPS_PIPE_DIRECTORY="$PIPE" "$FAKES/nvidia-cuda-mps-control" 2>&1)
@@ -549,7 +555,7 @@ for part in "${parts[@]}"; do
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 7)) MIN_CHECKS=$((MIN_CHECKS + 26)); cgroup_part ;;
     cgroup-runinjob) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_runinjob_part ;;
-    cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 9)); cgroup2_part ;;
+    cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 10)); cgroup2_part ;;
     *) fail "unknown part $part" ;;
   esac
 done

@@ -486,7 +486,7 @@ TEST_F(MoveDaemonTreeTest, OtherErrorsForADescendantAreErrors) {
 TEST(LaunchCgroups, V1WithTheExternStepThereAlreadyIsBornInIt) {
   FakeCgroupFs fs;
   fs.dirs = {"/cg/freezer/slurm/uid_1000/job_7/step_extern", "/cg/devices/slurm/uid_1000/job_7/step_extern"};
-  LaunchCgroups born = prepare_launch_cgroups(v1_plan(), "n1", "7", fs);
+  LaunchCgroups born = prepare_launch_cgroups(v1_plan(), "n1", "7", "", fs);
   EXPECT_FALSE(born.holding);
   EXPECT_EQ(born.procs_files, (std::vector<std::string>{"/cg/freezer/slurm/uid_1000/job_7/step_extern/cgroup.procs",
                                                         "/cg/devices/slurm/uid_1000/job_7/step_extern/cgroup.procs"}));
@@ -495,7 +495,7 @@ TEST(LaunchCgroups, V1WithTheExternStepThereAlreadyIsBornInIt) {
 
 TEST(LaunchCgroups, V1BeforeTheStepExistsIsBornInARootOwnedHoldingCgroup) {
   FakeCgroupFs fs;
-  LaunchCgroups born = prepare_launch_cgroups(v1_plan(), "n1", "7", fs);
+  LaunchCgroups born = prepare_launch_cgroups(v1_plan(), "n1", "7", "", fs);
   EXPECT_TRUE(born.holding);
   EXPECT_EQ(born.procs_files, (std::vector<std::string>{"/cg/freezer/unilab_mps/job_7/cgroup.procs",
                                                         "/cg/devices/unilab_mps/job_7/cgroup.procs"}));
@@ -511,30 +511,53 @@ TEST(LaunchCgroups, AHoldingCpusetGetsItsParentsCpusAndMems) {
   fs.files["/cg/cpuset/cpuset.mems"] = "0\n";
   fs.files["/cg/cpuset/unilab_mps/cpuset.cpus"] = "0-3\n";
   fs.files["/cg/cpuset/unilab_mps/cpuset.mems"] = "0\n";
-  prepare_launch_cgroups(plan, "n1", "7", fs);
+  prepare_launch_cgroups(plan, "n1", "7", "", fs);
   EXPECT_EQ(fs.writes, (std::vector<std::pair<std::string, std::string>>{{"/cg/cpuset/unilab_mps/cpuset.cpus", "0-3\n"},
                                                                           {"/cg/cpuset/unilab_mps/cpuset.mems", "0\n"},
                                                                           {"/cg/cpuset/unilab_mps/job_7/cpuset.cpus", "0-3\n"},
                                                                           {"/cg/cpuset/unilab_mps/job_7/cpuset.mems", "0\n"}}));
   // A parent that cannot be read: refused, not a cpuset nothing can join.
   FakeCgroupFs bare;
-  std::string e = error_of([&] { prepare_launch_cgroups(plan, "n1", "7", bare); });
+  std::string e = error_of([&] { prepare_launch_cgroups(plan, "n1", "7", "", bare); });
   EXPECT_TRUE(has(e, "cpuset.cpus")) << e;
 }
 
 TEST(LaunchCgroups, AHoldingCgroupThatCannotBeMadeRefusesTheStart) {
   FakeCgroupFs fs;
   fs.mkdir_errors["/cg/devices/unilab_mps/job_7"] = EACCES;
-  std::string e = error_of([&] { prepare_launch_cgroups(v1_plan(), "n1", "7", fs); });
+  std::string e = error_of([&] { prepare_launch_cgroups(v1_plan(), "n1", "7", "", fs); });
   EXPECT_TRUE(has(e, "/cg/devices/unilab_mps/job_7")) << e;
   EXPECT_TRUE(has(e, "Permission denied")) << e;
 }
 
-TEST(LaunchCgroups, V2IsBornWhereThePrologRuns) {
+TEST(LaunchCgroups, V2IsBornBesideTheExternStepsTasksWhereSlurmsTeardownKills) {
+  // Slurm 25.05+ kills step_extern/user (cgroup.kill), not step_extern/slurm
+  // where the prolog runs: the daemon goes to a leaf of its own under user.
   FakeCgroupFs fs;
-  LaunchCgroups born = prepare_launch_cgroups(v2_plan(), "n1", "7", fs);
+  const std::string own = "0::/system.slice/n1_slurmstepd.scope/sCZHM8TRA95200/step_extern/slurm\n";
+  ContainmentPlan plan = v2_plan();
+  plan.job_cgroup = "sCZHM8TRA95200/step_extern";
+  const std::string step = "/sys/fs/cgroup/system.slice/n1_slurmstepd.scope/sCZHM8TRA95200/step_extern";
+  fs.dirs = {step + "/user"};
+  LaunchCgroups born = prepare_launch_cgroups(plan, "n1", "7", own, fs);
+  EXPECT_FALSE(born.holding);
+  EXPECT_EQ(born.procs_files, (std::vector<std::string>{step + "/user/unilab_mps/cgroup.procs"}));
+  EXPECT_EQ(fs.made, (std::vector<std::string>{step + "/user/unilab_mps"}));
+  // The task path accepts it as the job's extern step.
+  EXPECT_TRUE(cgroup_matches(plan, "0::/system.slice/n1_slurmstepd.scope/sCZHM8TRA95200/step_extern/user/unilab_mps\n"));
+  // The epilog removes it.
+  EXPECT_EQ(remove_v2_daemon_cgroup(plan, own, fs), "");
+  EXPECT_EQ(fs.removed, (std::vector<std::string>{step + "/user/unilab_mps"}));
+}
+
+TEST(LaunchCgroups, V2WithoutAUserCgroupInTheStepIsBornWhereThePrologRuns) {
+  FakeCgroupFs fs;
+  LaunchCgroups born = prepare_launch_cgroups(v2_plan(), "n1", "7", kOwnV2, fs);
   EXPECT_FALSE(born.holding);
   EXPECT_TRUE(born.procs_files.empty());
+  EXPECT_TRUE(fs.made.empty());
+  // A prolog outside any extern step: nothing to find.
+  EXPECT_FALSE(v2_daemon_cgroup_dir(v2_plan(), "0::/system.slice/slurmd.service\n"));
 }
 
 // What a user injected into the daemon before the step existed (a double
