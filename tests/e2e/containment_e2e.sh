@@ -278,7 +278,7 @@ cgroup_part() {
   fake_conf
   case_end "daemon and orphaned server gone"
 
-  stray_case attack.stray-child "/uid_$U1/job_%J/step_extern"
+  stray_case attack-stray-child "/uid_$U1/job_%J/step_extern"
   KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
 
   case_begin contain.refused "ConstrainDevices=yes without PrologFlags=Contain: --unilab-mps jobs are refused, naming the setting"
@@ -319,7 +319,7 @@ cgroup_runinjob_part() {
   expect_tree_gone "$spid"
   case_end "daemon and server gone after scancel$(user_epilog_note)"
 
-  stray_case attack.stray-child-runinjob "/uid_$U1/job_%J/step_extern"
+  stray_case attack-stray-child-runinjob "/uid_$U1/job_%J/step_extern"
 
   case_begin contain.v1-runinjob-user-epilog "an Epilog Slurm starts as the job's user (its RunInJob x11 race, made certain here) acts on nothing and fails closed naming the race and the fix; the rerun as root that docs/ADMIN.md gives leaves nothing"
   local wrapper=$CLUSTER_DIR/etc/unilab-mps-epilog.sh msg

@@ -28,5 +28,11 @@ row attack-runner-mixed-credentials SystemRunner.RefusesToRunAToolFromMixedCrede
   "a caller with real uid 0 and the user's effective uid asks for a user tool: refused naming the mixed uids (before: the tool ran as uid 0 U U)"
 row attack-log-line-forgery PrologHook.EveryLogLineIsOnePrintableLine \
   "a message holding a newline and an escape sequence reaches the slurmd log as one printable line (\\xNN), forging no line of its own"
+row attack-daemon-decoy-pid-file DaemonTest.APidFileNamingADecoyOfTheUserIsRefusedAndTheLaunchedDaemonEnds \
+  "a process of the user renames a pid file naming its decoy over the daemon's during the start: refused (the daemon is the child this start adopted, not what the pid file says), the launched daemon ended, no record (before: the record named the decoy)"
+row attack-daemon-launcher-twin DaemonTest.TwoProcessesLaunchedForOnePipeDirectoryAreRefusedAndBothEnd \
+  "a traced launcher forks a second daemon for the same pipe directory: the start is refused and both end"
+row attack-daemon-not-adopted DaemonTest.ADaemonThisProcessDidNotAdoptIsNotTheDaemon \
+  "a process that is not a child of the starting process (say, init's) answers for the daemon: never taken for it, never signalled"
 echo "$PASS passed, $FAIL failed ($((PASS + FAIL)) cases ran)"
 [ "$FAIL" -eq 0 ]
