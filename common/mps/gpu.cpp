@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/mps/text.hpp"
+
 #include "common/mps/errors.hpp"
 
 namespace unilab::mps {
@@ -15,12 +17,6 @@ std::string lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
 }
 
 bool is_number(std::string_view s) {

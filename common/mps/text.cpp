@@ -1,5 +1,7 @@
 #include "common/mps/text.hpp"
 
+#include <cctype>
+
 namespace unilab::mps {
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
@@ -9,6 +11,12 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
     out += parts[i];
   }
   return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
 }
 
 }  // namespace unilab::mps

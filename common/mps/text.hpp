@@ -10,4 +10,7 @@ namespace unilab::mps {
 // parts[0] + sep + parts[1] + ...; "" for none.
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
+// `text` without leading and trailing white space (isspace).
+std::string_view trim(std::string_view text);
+
 }  // namespace unilab::mps

@@ -9,18 +9,14 @@
 
 #include <fmt/format.h>
 
+#include "common/mps/text.hpp"
+
 #include "common/mps/errors.hpp"
 #include "common/slurm/config_text.hpp"
 #include "common/mps/errors.hpp"
 
 namespace unilab::mps {
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 bool to_int(std::string_view s, long& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);

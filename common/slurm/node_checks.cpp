@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,7 @@
 #include "common/mps/mps_control.hpp"
 #include "common/slurm/node_doctor.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/mps/text.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -332,24 +334,79 @@ Result check_default_pipe(const NodeFacts& f) {
   return ok(fmt::format("no daemon on {}", def));
 }
 
+// The values of a namespace.yaml key (namespace/linux, Slurm 25.11+): what
+// follows "KEY:" on its line and the "- item" lines under it, comments cut.
+std::string yaml_values(const std::string& text, const std::string& key) {
+  std::string out;
+  bool in_list = false;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    const std::string t(trim(line));
+    if (t.empty()) continue;
+    if (in_list && t.starts_with("-")) {
+      out += " " + t.substr(1);
+      continue;
+    }
+    in_list = false;
+    if (t.starts_with(key + ":")) {
+      out += " " + t.substr(key.size() + 1);
+      in_list = true;
+    }
+  }
+  return out;
+}
+
 // A job-private /dev/shm separates clients from the MPS server's mps.shm.* segments.
 // Slurm 22.05's job_container/tmpfs always mounts a private /dev/shm;
 // later versions take Dirs= in job_container.conf (default /tmp,/dev/shm).
+// 25.11 renames the setting NamespaceType (namespace/tmpfs reads
+// job_container.conf) and adds namespace/linux (namespace.yaml: dirs, the
+// same default, and clone_ns_flags, whose PID and user namespaces put the
+// job's tasks where the plugin's task check cannot see the daemon's
+// process and MPS clients do not share the daemon's PID namespace).
 Result check_dev_shm(const NodeFacts& f) {
-  const std::string jc = f.conf.get("jobcontainertype").value_or("job_container/none");
+  const std::string key = f.conf.get("namespacetype") ? "NamespaceType" : "JobContainerType";
+  const std::string jc = f.conf.get("namespacetype").value_or(f.conf.get("jobcontainertype").value_or("job_container/none"));
+  if (lower(jc) == "namespace/linux") {
+    const std::string text = f.namespace_yaml.value_or("");
+    const std::string flags = yaml_values(text, "clone_ns_flags");
+    std::vector<std::string> bad;
+    for (const char* flag : {"CLONE_NEWPID", "CLONE_NEWUSER"}) {
+      if (flags.find(flag) != std::string::npos) bad.push_back(flag);
+    }
+    if (!bad.empty()) {
+      return fail(fmt::format("{}={} with clone_ns_flags {} in {}: the job's tasks run in their own {} namespace with a private "
+                              "/proc, where unilab-mps cannot see the job's MPS daemon (the task is refused) and MPS clients "
+                              "would not share the daemon's; remove {} from clone_ns_flags",
+                              key, jc, join(bad, ","), f.namespace_yaml_path, bad.size() > 1 ? "PID and user" :
+                              (bad[0] == "CLONE_NEWPID" ? "PID" : "user"), join(bad, " and ")));
+    }
+    const std::string dirs = yaml_values(text, "dirs");
+    if (!f.namespace_yaml || (dirs.find("/dev/shm") != std::string::npos) || trim(dirs).empty()) {
+      return fail(fmt::format("{}={} gives every job a private /dev/shm ({}): MPS clients then cannot reach the server the "
+                              "prolog started (its mps.shm.* segments live in the host's /dev/shm); set dirs: /tmp in {}",
+                              key, jc, trim(dirs).empty() ? "dirs defaults to /tmp,/dev/shm" : "dirs:" + dirs,
+                              f.namespace_yaml_path));
+    }
+    return ok(fmt::format("{}={} with dirs:{} in {}: /dev/shm stays shared, no PID or user namespace", key, jc, dirs,
+                          f.namespace_yaml_path));
+  }
   if (lower(jc).find("tmpfs") == std::string::npos) {
-    return ok(fmt::format("JobContainerType={}: jobs share the host's /dev/shm with the MPS server", jc));
+    return ok(fmt::format("{}={}: jobs share the host's /dev/shm with the MPS server", key, jc));
   }
   const auto& dirs = f.job_container_dirs;
   if (dirs && dirs->find("/dev/shm") == std::string::npos) {
-    return ok(fmt::format("JobContainerType={} with Dirs={} in {}: /dev/shm stays shared (Slurm >= 23.02)", jc, *dirs,
+    return ok(fmt::format("{}={} with Dirs={} in {}: /dev/shm stays shared (Slurm >= 23.02)", key, jc, *dirs,
                           f.job_container_conf_path));
   }
-  return fail(fmt::format("JobContainerType={} gives every job a private /dev/shm{}: MPS clients then cannot reach the server "
-                          "the prolog started (its mps.shm.* segments live in the host's /dev/shm); use job_container/none, or "
+  return fail(fmt::format("{}={} gives every job a private /dev/shm{}: MPS clients then cannot reach the server "
+                          "the prolog started (its mps.shm.* segments live in the host's /dev/shm); use {}, or "
                           "on Slurm >= 23.02 Dirs=/tmp in job_container.conf",
-                          jc, dirs ? fmt::format(" (Dirs={} in {})", *dirs, f.job_container_conf_path)
-                                   : std::string(" (Slurm 22.05 always does)")));
+                          key, jc, dirs ? fmt::format(" (Dirs={} in {})", *dirs, f.job_container_conf_path)
+                                        : std::string(" (Slurm 22.05 always does)"),
+                          key == "NamespaceType" ? "no NamespaceType" : "job_container/none"));
 }
 
 }  // namespace

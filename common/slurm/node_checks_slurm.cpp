@@ -121,16 +121,22 @@ Result check_prolog_flags(const NodeFacts& f) {
           "the prolog on a job's second and later nodes gets another node's GPUs, or none (a Slurm bug fixed in 25.11.0: "
           "'Fix segfault with multi-node gres with PrologFlags=RunInJob'), so multi-node --unilab-mps jobs fail there");
     }
+    const bool x11 = has_item(items, "x11");
     if (has_run_in_job_user_epilog_race(*f.slurm_version)) {
       bugs.push_back(
           "the extern step can start the Epilog as the job's user (its x11 cleanup races the fork; fixed in 25.11.4), and "
           "unilab-mps-epilog then fails closed and the node drains until it is rerun as root (docs/ADMIN.md, section 6)");
+    } else if (x11 && has_run_in_job_x11_epilog_race(*f.slurm_version)) {
+      bugs.push_back(
+          "the extern step of an x11 job can still start the Epilog as the job's user (25.11.4 to 25.11.7 carry half of "
+          "the fix; 26.05.0 all of it), and unilab-mps-epilog then fails closed and the node drains until it is rerun as "
+          "root (docs/ADMIN.md, section 6)");
     }
     if (!bugs.empty()) {
       return CheckResult{CheckStatus::kWarn,
-                         fmt::format("PrologFlags={} on Slurm {}: {}; upgrade to 25.11.4, or on cgroup v1 use "
+                         fmt::format("PrologFlags={} on Slurm {}: {}; upgrade to {}, or on cgroup v1 use "
                                      "PrologFlags=Contain",
-                                     flags, f.slurm_version->to_string(), join(bugs, "; and "))};
+                                     flags, f.slurm_version->to_string(), join(bugs, "; and "), x11 ? "26.05.0" : "25.11.4")};
     }
   }
   const bool alloc = has_item(items, "alloc") || has_item(items, "contain") || has_item(items, "runinjob") || has_item(items, "x11");
@@ -162,6 +168,13 @@ Result check_cgroup_plugin(const NodeFacts& f) {
   }
   if (auto mismatch = cgroup_plugin_mismatch(f, plugin, site.mountpoint)) return mismatch;
   const int host = host_cgroup_version(f);
+  if (v && has_cgroup_v1_deprecated(*v) && (plugin == "cgroup/v1" || (plugin == "autodetect" && host == 1))) {
+    return CheckResult{CheckStatus::kWarn,
+                       fmt::format("CgroupPlugin={} runs cgroup v1, which Slurm {} deprecates (since 25.05; slurmd warns at "
+                                   "start): plan the move to cgroup v2 with PrologFlags=RunInJob and the Prolog=/Epilog= "
+                                   "helpers (docs/ADMIN.md, section 6) ({})",
+                                   plugin, v->to_string(), cgroup_conf_origin(f))};
+  }
   return CheckResult{CheckStatus::kOk, fmt::format("CgroupPlugin={}{} ({})", plugin,
                                                    host == 0 ? std::string(": no cgroup hierarchy seen at " + site.mountpoint)
                                                              : fmt::format(": cgroup v{} at {}", host, site.mountpoint),

@@ -506,6 +506,8 @@ void gather_gres(NodeProbe& probe, NodeFacts& f) {
 
 // Dirs= of job_container.conf (Slurm >= 23.02; 22.05 always mounts a private /dev/shm).
 void gather_job_container(NodeProbe& probe, NodeFacts& f) {
+  f.namespace_yaml_path = dir_of(f.options.slurm_conf) + "/namespace.yaml";
+  f.namespace_yaml = probe.read_file(f.namespace_yaml_path);
   f.job_container_conf_path = dir_of(f.options.slurm_conf) + "/job_container.conf";
   auto text = probe.read_file(f.job_container_conf_path);
   if (!text) return;

@@ -207,6 +207,9 @@ struct NodeFacts {
   SocketState default_pipe = SocketState::kMissing;
   std::string job_container_conf_path;
   std::optional<std::string> job_container_dirs;  // Dirs= of job_container.conf
+  // namespace.yaml of namespace/linux (Slurm 25.11+), as text
+  std::string namespace_yaml_path;
+  std::optional<std::string> namespace_yaml;
   std::optional<SlurmConf> cgroup_conf;
   std::string cgroup_conf_error;
   bool cgroup_v1_mounted = false;  // <mount>/freezer is a directory

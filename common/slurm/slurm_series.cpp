@@ -46,6 +46,11 @@ bool has_run_in_job_user_epilog_race(const SlurmVersion& v) {
   const auto release = std::tie(v.major, v.minor, v.micro);
   return release >= std::tuple(24, 11, 0) && release < std::tuple(25, 11, 4);
 }
+bool has_run_in_job_x11_epilog_race(const SlurmVersion& v) {
+  const auto release = std::tie(v.major, v.minor, v.micro);
+  return release >= std::tuple(24, 5, 0) && release < std::tuple(26, 5, 0);
+}
+bool has_cgroup_v1_deprecated(const SlurmVersion& v) { return v.at_least(25, 5); }
 bool has_cgroup_v2_plugin(const SlurmVersion& v) { return v.at_least(22, 5); }
 bool has_cgroup_plugin_disabled(const SlurmVersion& v) { return v.at_least(24, 5); }
 

@@ -42,6 +42,13 @@ bool has_run_in_job_multinode_gres_fix(const SlurmVersion& v);
 // forks the epilog (read at the release tags; 24.05 runs it for x11 jobs
 // only, 25.11.4 again). docs/DESIGN.md, "Slurm series".
 bool has_run_in_job_user_epilog_race(const SlurmVersion& v);
+// For x11 jobs (PrologFlags=X11) the race is older and lasts longer: 24.05
+// runs the x11 cleanup for them, and 25.11.4 to 25.11.7 carry only half of
+// the fix (the in-process privilege drop stays); 26.05.0 has all of it.
+bool has_run_in_job_x11_epilog_race(const SlurmVersion& v);
+
+// cgroup/v1 is deprecated from 25.05 on (slurmd warns at start).
+bool has_cgroup_v1_deprecated(const SlurmVersion& v);
 
 // CgroupPlugin=cgroup/v2: added in 22.05 (21.08 knew only cgroup/v1 and
 // autodetect). CgroupPlugin=disabled: added in 24.05.

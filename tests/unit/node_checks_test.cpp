@@ -412,6 +412,18 @@ TEST(SlurmSeriesChecksTest, PrologFlagsRunInJob) {
     f.conf.values["prologflags"] = "RunInJob";
     EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk) << v;
   }
+  // x11 jobs: 25.11.4 to 25.11.7 carry half of the fix; 26.05.0 all of it.
+  for (const char* v : {"slurm 25.11.4", "slurm 25.11.7"}) {
+    f = on_series(v);
+    f.conf.values["prologflags"] = "RunInJob,X11";
+    r = run_check("prolog-flags", f);
+    EXPECT_EQ(r.status, CheckStatus::kWarn) << v;
+    EXPECT_TRUE(has(r, "the extern step of an x11 job can still start the Epilog as the job's user")) << r.detail;
+    EXPECT_TRUE(has(r, "upgrade to 26.05.0")) << r.detail;
+  }
+  f = on_series("slurm 26.05.0");
+  f.conf.values["prologflags"] = "RunInJob,X11";
+  EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
   f.slurm_version.reset();  // unknown release: no guess
   EXPECT_EQ(run_check("prolog-flags", f).status, CheckStatus::kOk);
 }
@@ -436,6 +448,48 @@ TEST(SlurmSeriesChecksTest, CgroupPlugin) {
   EXPECT_TRUE(has(run_check("cgroup-plugin", f), "is cgroup v2 only"));
   f.cgroup_conf_error = "cannot read /etc/slurm/cgroup.conf";
   EXPECT_EQ(run_check("cgroup-plugin", f).detail, f.cgroup_conf_error);
+}
+
+TEST(SlurmSeriesChecksTest, CgroupV1IsDeprecatedFrom2505) {
+  NodeFacts f = on_series("slurm 24.11.5");  // a v1 host, autodetect
+  EXPECT_EQ(run_check("cgroup-plugin", f).status, CheckStatus::kOk);
+  for (const char* v : {"slurm 25.05.0", "slurm 26.05.5"}) {
+    f = on_series(v);
+    CheckResult r = run_check("cgroup-plugin", f);
+    EXPECT_EQ(r.status, CheckStatus::kWarn) << v;
+    EXPECT_TRUE(has(r, "runs cgroup v1, which Slurm")) << r.detail;
+    EXPECT_TRUE(has(r, "PrologFlags=RunInJob")) << r.detail;
+  }
+  f = on_series("slurm 26.05.5");  // a v2 host
+  f.cgroup_v1_mounted = false;
+  f.cgroup_v2_mounted = true;
+  EXPECT_EQ(run_check("cgroup-plugin", f).status, CheckStatus::kOk);
+}
+
+TEST(NodeChecksTest, NamespaceTypeLinuxWithPidOrUserNamespacesIsAFail) {
+  NodeFacts f = ready_facts();
+  f.conf.values["namespacetype"] = "namespace/linux";
+  f.namespace_yaml_path = "/etc/slurm/namespace.yaml";
+  f.namespace_yaml = "dirs: /tmp\nclone_ns_flags:\n  - CLONE_NEWPID  # own pid space\n  - CLONE_NEWNS\n";
+  CheckResult r = run_check("dev-shm", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "NamespaceType=namespace/linux with clone_ns_flags CLONE_NEWPID in /etc/slurm/namespace.yaml")) << r.detail;
+  EXPECT_TRUE(has(r, "own PID namespace")) << r.detail;
+  f.namespace_yaml = "dirs: /tmp\nclone_ns_flags: [CLONE_NEWUSER, CLONE_NEWPID]\n";
+  EXPECT_TRUE(has(run_check("dev-shm", f), "PID and user namespace")) << run_check("dev-shm", f).detail;
+  // A commented-out flag is no flag; dirs without /dev/shm: fine.
+  f.namespace_yaml = "dirs: /tmp\n# clone_ns_flags: [CLONE_NEWPID]\n";
+  r = run_check("dev-shm", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk) << r.detail;
+  // dirs missing: Slurm's default /tmp,/dev/shm, a private /dev/shm.
+  f.namespace_yaml = "clone_ns_flags: []\n";
+  r = run_check("dev-shm", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "dirs defaults to /tmp,/dev/shm")) << r.detail;
+  // NamespaceType=namespace/tmpfs is job_container/tmpfs renamed.
+  f.conf.values["namespacetype"] = "namespace/tmpfs";
+  f.job_container_dirs = "/tmp";
+  EXPECT_TRUE(has(run_check("dev-shm", f), "NamespaceType=namespace/tmpfs with Dirs=/tmp")) << run_check("dev-shm", f).detail;
 }
 
 TEST(SlurmSeriesChecksTest, ContainmentOnCgroupV2DependsOnTheSeries) {
