@@ -340,7 +340,9 @@ _ue2e_munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 ensure_munged() {
     _ue2e_munge_ok && return 0
     mkdir -p /run/munge && chown munge:munge /run/munge || return 1
-    su -s /bin/sh munge -c /usr/sbin/munged || _ue2e_log "munged start returned $? (maybe already starting)"
+    # fd 9 may hold the cgroup-mode lock (cluster_up): munged outlives this
+    # cluster and must not keep it, or the next cgroup-mode cluster waits for it.
+    su -s /bin/sh munge -c /usr/sbin/munged 9>&- || _ue2e_log "munged start returned $? (maybe already starting)"
     local deadline=$((SECONDS + 10))
     until _ue2e_munge_ok; do
         if ((SECONDS >= deadline)); then
