@@ -21,6 +21,7 @@
 #include "common/mps/errors.hpp"
 #include "common/mps/runner.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/mps/text.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps {
@@ -415,6 +416,21 @@ LaunchCgroups prepare_launch_cgroups(const ContainmentPlan& plan, const std::str
   return out;
 }
 
+namespace {
+
+// Removes job `job_id`'s holding cgroup in every controller; the errors
+// joined, or empty.
+std::string remove_holding_dirs(const ContainmentPlan& plan, const std::string& job_id, CgroupFs& fs) {
+  std::vector<std::string> errors;
+  for (const auto& ctrl : plan.controllers) {
+    const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
+    if (int e = fs.remove_dir(dir); e != 0) errors.push_back(fmt::format("cannot remove {}: {}", dir, std::strerror(e)));
+  }
+  return join(errors, "; ");
+}
+
+}  // namespace
+
 std::string adopt_holding_cgroups(const ContainmentPlan& plan, const std::string& job_id,
                                   const std::vector<std::string>& step_files, ProcReader& proc, CgroupFs& fs) {
   if (step_files.size() != plan.controllers.size()) return "the job's step_extern cgroups are incomplete";
@@ -437,12 +453,7 @@ std::string adopt_holding_cgroups(const ContainmentPlan& plan, const std::string
     }
     if (!moved) break;
   }
-  std::vector<std::string> errors;
-  for (const auto& ctrl : plan.controllers) {
-    const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
-    if (int e = fs.remove_dir(dir); e != 0) errors.push_back(fmt::format("cannot remove {}: {}", dir, std::strerror(e)));
-  }
-  return errors.empty() ? std::string() : fmt::format("{}", fmt::join(errors, "; "));
+  return remove_holding_dirs(plan, job_id, fs);
 }
 
 std::string release_holding_cgroups(const ContainmentPlan& plan, const std::string& job_id, ProcReader& proc,
@@ -470,12 +481,7 @@ std::string release_holding_cgroups(const ContainmentPlan& plan, const std::stri
     if (!any || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(milliseconds(10));
   }
-  std::vector<std::string> errors;
-  for (const auto& ctrl : plan.controllers) {
-    const std::string dir = holding_cgroup_dir(plan, ctrl, job_id);
-    if (int e = fs.remove_dir(dir); e != 0) errors.push_back(fmt::format("cannot remove {}: {}", dir, std::strerror(e)));
-  }
-  return errors.empty() ? std::string() : fmt::format("{}", fmt::join(errors, "; "));
+  return remove_holding_dirs(plan, job_id, fs);
 }
 
 std::string move_daemon_tree(const ProcessIdentity& daemon, const std::vector<std::string>& procs_files, ProcReader& proc,
