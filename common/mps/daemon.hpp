@@ -148,6 +148,9 @@ struct StopAttempt {
   std::string error;
   bool stale = false;
 };
+// How far past its stop_timeout a stop can run: the last wait after SIGKILL
+// (1 s) and the leftover sweep (1 s).
+inline constexpr std::chrono::milliseconds kStopOverrun{2000};
 // stop_daemon for every record at once (a thread each), so all of them end
 // within one `stop_timeout`; the attempts in record order.
 std::vector<StopAttempt> stop_daemons(Services& s, const Tools& tools, RecordStore& store,

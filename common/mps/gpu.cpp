@@ -13,12 +13,6 @@
 namespace unilab::mps {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
-
 bool is_number(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
@@ -187,7 +181,7 @@ GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi, co
   Command cmd;
   cmd.argv = nvidia_smi_query_argv(nvidia_smi);
   cmd.env = tool_environment("/usr/bin:/bin", driver_dir);
-  cmd.timeout = std::chrono::seconds(30);
+  cmd.timeout = kNvidiaSmiTimeout;
   CommandResult r = runner.run(cmd);
   if (!r.exec_error.empty()) {
     throw CudaMpsError(fmt::format("{}; install the NVIDIA driver utilities or set the nvidia-smi path or the driver "

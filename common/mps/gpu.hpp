@@ -1,6 +1,7 @@
 // GPU identity: UUID spelling rules, nvidia-smi parsing, visibility masks.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,8 @@ inline constexpr const char* kNvidiaSmiQueryFields = "index,uuid,minor_number,pc
 // nvidia-smi's exit code when the infoROM is corrupted: a warning, the
 // output is still valid.
 inline constexpr int kNvidiaSmiInfoRomWarning = 14;
+// How long query_gpus lets nvidia-smi run.
+inline constexpr std::chrono::seconds kNvidiaSmiTimeout{30};
 
 // Parses `nvidia-smi --query-gpu=<kNvidiaSmiQueryFields> --format=csv,noheader`
 // output. UUIDs are normalised here, once, to the display form (nvidia-smi

@@ -13,4 +13,7 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 // `text` without leading and trailing white space (isspace).
 std::string_view trim(std::string_view text);
 
+// `text` in ASCII lower case (Slurm's keys and flags are case-insensitive).
+std::string lower(std::string_view text);
+
 }  // namespace unilab::mps

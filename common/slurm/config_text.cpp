@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
+#include "common/mps/text.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -116,11 +117,6 @@ std::vector<std::string> blank_words(std::string_view s) {
     p = e;
   }
   return out;
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // Slurm's _parse_include_directive: "include" in any case, then blanks,

@@ -29,11 +29,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 // Slurm's booleans (s_p_handle_boolean): yes, up or 1, in any case.
 bool yes(const std::optional<std::string>& v) {
   if (!v) return false;

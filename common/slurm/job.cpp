@@ -335,6 +335,10 @@ std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobC
   return out;
 }
 
+std::string seconds_text(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? fmt::format("{} s", d.count() / 1000) : fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000);
+}
+
 // Moves the started daemons into the job's cgroup (or arranges that they
 // join it once Slurm creates it); the line to log, or CudaMpsError.
 std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, const ContainmentPlan& plan, bool holding,
@@ -342,7 +346,7 @@ std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, 
   std::vector<ProcessIdentity> ids;
   for (const auto& r : started) ids.push_back(r.identity());
   bool deferred = false;
-  auto errors = contain_daemons(plan, job.node, job.job_id, holding, ids, cfg.start_timeout + std::chrono::seconds(30), &deferred);
+  auto errors = contain_daemons(plan, job.node, job.job_id, holding, ids, cfg.start_timeout + kContainGrace, &deferred);
   if (!errors.empty()) {
     throw CudaMpsError(fmt::format("cannot move job {}'s MPS daemons into the job's cgroup: {}", job.job_id, join(errors, "; ")));
   }
@@ -484,6 +488,24 @@ const DaemonRecord* daemon_serving(const std::vector<DaemonRecord>& records, con
 }
 
 }  // namespace
+
+// The prolog: one nvidia-smi call, every daemon's start within one
+// start_timeout, after a failed start the stop of what did start, and the
+// wait for the job's cgroup. The epilog: every stop within one
+// stop_timeout, then (cgroup v1 holding cgroups) the kill of what is held.
+HookBound prolog_bound(const PluginConfig& cfg) {
+  using std::chrono::milliseconds;
+  const milliseconds smi = kNvidiaSmiTimeout, stop = cfg.stop_timeout + kStopOverrun, contain = cfg.start_timeout + kContainGrace;
+  return {smi + cfg.start_timeout + stop + contain,
+          fmt::format("nvidia-smi {} + start_timeout {} + a failed start's stop {} + the wait for the job's cgroup {}",
+                      seconds_text(smi), seconds_text(cfg.start_timeout), seconds_text(stop), seconds_text(contain))};
+}
+
+HookBound epilog_bound(const PluginConfig& cfg) {
+  const std::chrono::milliseconds stop = cfg.stop_timeout + kStopOverrun;
+  return {stop + cfg.stop_timeout, fmt::format("the stops {} + the kill of held processes {}", seconds_text(stop),
+                                               seconds_text(cfg.stop_timeout))};
+}
 
 JobContext job_context_from_env(const Getenv& env) {
   JobContext j;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -79,6 +80,20 @@ size_t max_run_dir_length();
 // jobs with cgroups or contain=off. Throws CudaMpsError when the node
 // constrains devices but cannot put the daemon in the job.
 std::optional<ContainmentPlan> job_containment_plan(const PluginConfig& cfg, const JobContext& job);
+
+// How long after the daemons' start the prolog waits for Slurm to create
+// the job's cgroup they must join (on top of start_timeout).
+inline constexpr std::chrono::seconds kContainGrace{30};
+
+// The longest run_job_prolog and run_job_epilog can take with `cfg`, summed
+// from the bounds of their steps, and those parts in words (doctor --node
+// holds slurm.conf's PrologTimeout and EpilogTimeout against them).
+struct HookBound {
+  std::chrono::milliseconds total{0};
+  std::string parts;
+};
+HookBound prolog_bound(const PluginConfig& cfg);
+HookBound epilog_bound(const PluginConfig& cfg);
 
 struct PrologOutcome {
   std::vector<DaemonRecord> started;

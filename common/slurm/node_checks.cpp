@@ -34,11 +34,6 @@ CheckResult ok(std::string detail) { return {CheckStatus::kOk, std::move(detail)
 CheckResult warn(std::string detail) { return {CheckStatus::kWarn, std::move(detail)}; }
 CheckResult fail(std::string detail) { return {CheckStatus::kFail, std::move(detail)}; }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 std::string plural(size_t n) { return n == 1 ? "" : "s"; }
 
 std::string format_time(double t) {
@@ -416,6 +411,8 @@ Result check_dev_shm(const NodeFacts& f) {
 Result check_prolog_flags(const NodeFacts& f);
 Result check_cgroup_plugin(const NodeFacts& f);
 Result check_containment(const NodeFacts& f);
+Result check_hook_timeouts(const NodeFacts& f);
+Result check_cgroup_job_dir(const NodeFacts& f);
 Result check_prolog_helper(const NodeFacts& f);
 
 namespace {
@@ -443,7 +440,9 @@ const std::vector<NodeCheck> kChecks = {
     {"dev-shm", {}, check_dev_shm},
     {"prolog-helper", {"plugin-listed"}, check_prolog_helper},
     {"prolog-flags", {}, check_prolog_flags},
+    {"hook-timeouts", {"plugin-args"}, check_hook_timeouts},
     {"cgroup-plugin", {}, check_cgroup_plugin},
+    {"cgroup-job-dir", {"cgroup-plugin"}, check_cgroup_job_dir},
     {"containment", {"plugin-args", "prolog-flags", "cgroup-plugin"}, check_containment},
 };
 

@@ -3,12 +3,14 @@
 // table in node_checks.cpp.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "common/mps/text.hpp"
 #include "common/slurm/containment.hpp"
+#include "common/slurm/job.hpp"
 #include "common/slurm/node_doctor.hpp"
 
 namespace unilab::mps {
@@ -22,8 +24,7 @@ std::vector<std::string> flag_items(const std::string& list) {
   std::istringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    std::transform(item.begin(), item.end(), item.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    out.push_back(item);
+    out.push_back(lower(item));
   }
   return out;
 }
@@ -66,7 +67,102 @@ std::string cgroup_conf_origin(const NodeFacts& f) {
   return "no cgroup.conf next to " + f.options.slurm_conf + ": Slurm's defaults";
 }
 
+// One of slurm.conf's hook timeouts as slurmd applies it (prep/script's
+// slurmd side: seconds, and 0 or NO_VAL16 = 65534 wait without a limit).
+struct HookTimeout {
+  std::string key;              // the key that set it, as slurm.conf spells it
+  std::optional<long> seconds;  // nullopt: no limit
+  std::string error;            // not a number
+};
+
+HookTimeout hook_timeout(const NodeFacts& f, const char* key, bool split_keys) {
+  HookTimeout t;
+  std::optional<std::string> value = split_keys ? f.conf.get(lower(key)) : std::nullopt;
+  t.key = value ? key : "PrologEpilogTimeout";
+  if (!value) value = f.conf.get("prologepilogtimeout");
+  if (!value) return t;
+  long n = -1;
+  const std::string v = std::string(trim(*value));
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > 65534) {
+    t.error = fmt::format("{}={} is not a number of seconds (0 to 65534)", t.key, *value);
+  } else if (n != 0 && n != 65534) {
+    t.seconds = n;
+  }
+  return t;
+}
+
+std::string seconds_of(std::chrono::milliseconds d) { return fmt::format("{} s", (d.count() + 999) / 1000); }
+
 }  // namespace
+
+// slurm.conf's PrologTimeout/EpilogTimeout (25.05+; PrologEpilogTimeout
+// before, and their default after) against the longest the plugin's prolog
+// and epilog can take with its arguments: slurmd kills a hook that runs
+// longer and drains the node.
+Result check_hook_timeouts(const NodeFacts& f) {
+  const auto& v = f.slurm_version;
+  std::vector<std::string> unknown;
+  for (const char* key : {"PrologTimeout", "EpilogTimeout"}) {
+    if (f.conf.get(lower(key)) && v && !has_prolog_and_epilog_timeouts(*v)) unknown.push_back(key);
+  }
+  if (!unknown.empty()) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("slurm.conf sets {}, which Slurm {} does not know (25.05 added it): slurmctld and slurmd "
+                                   "stop at 'Parsing error at unrecognized key'; use PrologEpilogTimeout= there",
+                                   join(unknown, " and "), v->to_string())};
+  }
+  const bool split = !v || has_prolog_and_epilog_timeouts(*v);
+  const HookBound bounds[] = {prolog_bound(f.config), epilog_bound(f.config)};
+  const HookTimeout limits[] = {hook_timeout(f, "PrologTimeout", split), hook_timeout(f, "EpilogTimeout", split)};
+  const char* hooks[] = {"prolog", "epilog"};
+  std::vector<std::string> errors, short_ones, seen;
+  for (int i = 0; i < 2; ++i) {
+    const HookTimeout& t = limits[i];
+    const std::string worst = fmt::format("{} ({})", seconds_of(bounds[i].total), bounds[i].parts);
+    if (!t.error.empty()) {
+      errors.push_back(t.error);
+    } else if (!t.seconds) {
+      seen.push_back(fmt::format("{} without a limit ({}), the plugin's own bound {}", hooks[i],
+                                 t.key == "PrologEpilogTimeout" ? "no timeout set" : t.key + "=0", seconds_of(bounds[i].total)));
+    } else if (std::chrono::seconds(*t.seconds) < bounds[i].total) {
+      short_ones.push_back(fmt::format("{}={} s is shorter than the longest the plugin's {} can take, {}", t.key, *t.seconds,
+                                       hooks[i], worst));
+    } else {
+      seen.push_back(fmt::format("{}={} s covers the {}'s {}", t.key, *t.seconds, hooks[i], seconds_of(bounds[i].total)));
+    }
+  }
+  if (!errors.empty()) return CheckResult{CheckStatus::kFail, join(errors, "; ")};
+  if (!short_ones.empty()) {
+    return CheckResult{CheckStatus::kWarn,
+                       fmt::format("{}: slurmd kills a hook that runs longer and drains the node; raise it, or lower the "
+                                   "plugin's start_timeout=/stop_timeout=",
+                                   join(short_ones, "; "))};
+  }
+  return CheckResult{CheckStatus::kOk, join(seen, "; ")};
+}
+
+// cgroup.conf CgroupJobIdPaths= (26.05.2+) and how Slurm names a job's
+// cgroup v2 directory: the plugin finds it either way (the prolog's own
+// /proc/self/cgroup), but an unknown key stops slurmd.
+Result check_cgroup_job_dir(const NodeFacts& f) {
+  const auto& v = f.slurm_version;
+  const std::optional<std::string> paths = f.cgroup_conf ? f.cgroup_conf->get("cgroupjobidpaths") : std::nullopt;
+  if (paths && v && !has_cgroup_job_id_paths(*v)) {
+    return CheckResult{CheckStatus::kFail,
+                       fmt::format("cgroup.conf sets CgroupJobIdPaths={}, which Slurm {} does not know (26.05.2 added it): "
+                                   "slurmd stops at 'Parsing error at unrecognized key'; remove it",
+                                   *paths, v->to_string())};
+  }
+  const CgroupSite site = cgroup_site_from(f.conf, f.cgroup_conf);
+  const bool v2 = site.cgroup_plugin == "cgroup/v2" || (site.cgroup_plugin == "autodetect" && !f.cgroup_v1_mounted && f.cgroup_v2_mounted);
+  if (!v2 || !v || !has_sluid_job_cgroup(*v)) return std::nullopt;
+  const bool job_ids = paths && has_item(flag_items(*paths), "yes");
+  return CheckResult{CheckStatus::kOk,
+                     job_ids ? fmt::format("CgroupJobIdPaths={}: job cgroups are named job_<id>", *paths)
+                             : std::string("job cgroups are named after the job's SLUID (26.05; CgroupJobIdPaths=yes names them "
+                                           "job_<id>): the prolog finds either from its own cgroup")};
+}
 
 // The Prolog=/Epilog= helpers against PrologFlags (docs/DESIGN.md "Slurm
 // series"). With RunInJob (24.05+) slurmstepd runs the prolog and epilog

@@ -36,11 +36,6 @@ namespace {
 constexpr const char* kPluginFile = "unilab_mps.so";
 constexpr int kMaxIncludeDepth = 8;
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 std::string dir_of(const std::string& path) {
   auto slash = path.rfind('/');
   if (slash == std::string::npos) return ".";

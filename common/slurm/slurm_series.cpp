@@ -51,6 +51,9 @@ bool has_run_in_job_x11_epilog_race(const SlurmVersion& v) {
   return release >= std::tuple(24, 5, 0) && release < std::tuple(26, 5, 0);
 }
 bool has_cgroup_v1_deprecated(const SlurmVersion& v) { return v.at_least(25, 5); }
+bool has_prolog_and_epilog_timeouts(const SlurmVersion& v) { return v.at_least(25, 5); }
+bool has_sluid_job_cgroup(const SlurmVersion& v) { return v.at_least(26, 5); }
+bool has_cgroup_job_id_paths(const SlurmVersion& v) { return std::tie(v.major, v.minor, v.micro) >= std::tuple(26, 5, 2); }
 bool has_cgroup_v2_plugin(const SlurmVersion& v) { return v.at_least(22, 5); }
 bool has_cgroup_plugin_disabled(const SlurmVersion& v) { return v.at_least(24, 5); }
 

@@ -50,6 +50,17 @@ bool has_run_in_job_x11_epilog_race(const SlurmVersion& v);
 // cgroup/v1 is deprecated from 25.05 on (slurmd warns at start).
 bool has_cgroup_v1_deprecated(const SlurmVersion& v);
 
+// slurm.conf PrologTimeout= and EpilogTimeout= (25.05; PrologEpilogTimeout
+// is then only their default). Earlier releases stop at the unknown key
+// ("Parsing error at unrecognized key", seen on 22.05.8 and 24.11.5).
+bool has_prolog_and_epilog_timeouts(const SlurmVersion& v);
+
+// 26.05.0 names a job's cgroup v2 directory after its SLUID; cgroup.conf
+// CgroupJobIdPaths=yes (26.05.2) brings back job_<id>. Before 26.05.2 the
+// key is unknown and slurmd stops at it (seen on 22.05.8 and 24.11.5).
+bool has_sluid_job_cgroup(const SlurmVersion& v);
+bool has_cgroup_job_id_paths(const SlurmVersion& v);
+
 // CgroupPlugin=cgroup/v2: added in 22.05 (21.08 knew only cgroup/v1 and
 // autodetect). CgroupPlugin=disabled: added in 24.05.
 bool has_cgroup_v2_plugin(const SlurmVersion& v);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/mps/check_status.hpp"
+#include "common/slurm/job.hpp"
 #include "common/slurm/node_doctor.hpp"
 #include "common/slurm/slurm_series.hpp"
 #include "tests/unit/doubles.hpp"
@@ -464,6 +465,79 @@ TEST(SlurmSeriesChecksTest, CgroupV1IsDeprecatedFrom2505) {
   f.cgroup_v1_mounted = false;
   f.cgroup_v2_mounted = true;
   EXPECT_EQ(run_check("cgroup-plugin", f).status, CheckStatus::kOk);
+}
+
+// The plugin's defaults (start_timeout 15 s, stop_timeout 10 s): the prolog
+// takes at most 30 + 15 + 12 + 45 = 102 s, the epilog 12 + 10 = 22 s.
+TEST(JobHookBoundTest, SumsTheBoundsOfTheSteps) {
+  PluginConfig cfg;
+  EXPECT_EQ(prolog_bound(cfg).total, std::chrono::seconds(102));
+  EXPECT_EQ(prolog_bound(cfg).parts, "nvidia-smi 30 s + start_timeout 15 s + a failed start's stop 12 s + the wait for the job's cgroup 45 s");
+  EXPECT_EQ(epilog_bound(cfg).total, std::chrono::seconds(22));
+  cfg.start_timeout = std::chrono::milliseconds(2500);
+  cfg.stop_timeout = std::chrono::seconds(60);
+  EXPECT_EQ(prolog_bound(cfg).total, std::chrono::milliseconds(30000 + 2500 + 62000 + 32500));
+  EXPECT_EQ(epilog_bound(cfg).parts, "the stops 62 s + the kill of held processes 60 s");
+}
+
+TEST(SlurmSeriesChecksTest, HookTimeoutsAgainstThePluginsBounds) {
+  NodeFacts f = on_series("slurm 24.11.5");
+  CheckResult r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk);
+  EXPECT_TRUE(has(r, "prolog without a limit (no timeout set), the plugin's own bound 102 s")) << r.detail;
+  f.conf.values["prologepilogtimeout"] = "60";  // both hooks before 25.05
+  r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "PrologEpilogTimeout=60 s is shorter than the longest the plugin's prolog can take, 102 s (nvidia-smi 30 s")) << r.detail;
+  EXPECT_FALSE(has(r, "epilog can take")) << r.detail;
+  EXPECT_TRUE(has(r, "slurmd kills a hook that runs longer and drains the node")) << r.detail;
+  f.conf.values["prologtimeout"] = "300";  // unknown before 25.05: slurmd stops
+  r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "slurm.conf sets PrologTimeout, which Slurm 24.11.5 does not know (25.05 added it)")) << r.detail;
+  // 25.05+: the split keys win, PrologEpilogTimeout is their default.
+  f.slurm_version = parse_slurm_version("slurm 26.05.5");
+  f.conf.values["epilogtimeout"] = "10";
+  r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "EpilogTimeout=10 s is shorter than the longest the plugin's epilog can take, 22 s")) << r.detail;
+  EXPECT_FALSE(has(r, "prolog can take")) << r.detail;
+  f.conf.values["epilogtimeout"] = "0";  // slurmd: 0 waits without a limit
+  r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk) << r.detail;
+  EXPECT_TRUE(has(r, "PrologTimeout=300 s covers the prolog's 102 s; epilog without a limit (EpilogTimeout=0)")) << r.detail;
+  f.conf.values.erase("epilogtimeout");  // back to PrologEpilogTimeout=60
+  r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk);
+  EXPECT_TRUE(has(r, "; PrologEpilogTimeout=60 s covers the epilog's 22 s")) << r.detail;
+  f.conf.values["prologtimeout"] = "5m";
+  r = run_check("hook-timeouts", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_EQ(r.detail, "PrologTimeout=5m is not a number of seconds (0 to 65534)");
+}
+
+TEST(SlurmSeriesChecksTest, CgroupJobIdPathsAndTheSluidNamedJobCgroup) {
+  NodeFacts f = on_series("slurm 24.11.5");
+  EXPECT_EQ(run_check("cgroup-job-dir", f).detail, "<no line>");  // v1, before 26.05
+  f.cgroup_conf = SlurmConf{};
+  f.cgroup_conf->values["cgroupjobidpaths"] = "yes";
+  CheckResult r = run_check("cgroup-job-dir", f);
+  EXPECT_EQ(r.status, CheckStatus::kFail);
+  EXPECT_TRUE(has(r, "CgroupJobIdPaths=yes, which Slurm 24.11.5 does not know (26.05.2 added it)")) << r.detail;
+  f.slurm_version = parse_slurm_version("slurm 26.05.1");
+  EXPECT_EQ(run_check("cgroup-job-dir", f).status, CheckStatus::kFail);
+  f.slurm_version = parse_slurm_version("slurm 26.05.2");
+  EXPECT_EQ(run_check("cgroup-job-dir", f).detail, "<no line>");  // known, but a v1 host
+  f.cgroup_v1_mounted = false;
+  f.cgroup_v2_mounted = true;
+  r = run_check("cgroup-job-dir", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk);
+  EXPECT_EQ(r.detail, "CgroupJobIdPaths=yes: job cgroups are named job_<id>");
+  f.cgroup_conf->values.erase("cgroupjobidpaths");
+  r = run_check("cgroup-job-dir", f);
+  EXPECT_TRUE(has(r, "named after the job's SLUID")) << r.detail;
+  f.slurm_version = parse_slurm_version("slurm 25.11.3");
+  EXPECT_EQ(run_check("cgroup-job-dir", f).detail, "<no line>");
 }
 
 TEST(NodeChecksTest, NamespaceTypeLinuxWithPidOrUserNamespacesIsAFail) {
