@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include <fmt/format.h>
+
 namespace unilab::mps {
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
@@ -17,6 +19,10 @@ std::string lower(std::string_view text) {
   std::string out(text);
   for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  return d.count() % 1000 == 0 ? fmt::format("{} s", d.count() / 1000) : fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000);
 }
 
 std::string_view trim(std::string_view s) {

@@ -1,6 +1,7 @@
 // Small text helpers shared by every part of the core.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,5 +16,8 @@ std::string_view trim(std::string_view text);
 
 // `text` in ASCII lower case (Slurm's keys and flags are case-insensitive).
 std::string lower(std::string_view text);
+
+// "12 s", or "2.5 s" for a part of a second.
+std::string seconds_text(std::chrono::milliseconds d);
 
 }  // namespace unilab::mps

@@ -29,13 +29,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Slurm's booleans (s_p_handle_boolean): yes, up or 1, in any case.
-bool yes(const std::optional<std::string>& v) {
-  if (!v) return false;
-  const std::string l = lower(*v);
-  return l == "yes" || l == "up" || l == "1" || l == "true";
-}
-
 // Whether the comma-separated `list` holds `item` exactly.
 bool list_has(const std::string& list, const std::string& item) {
   size_t pos = 0;
@@ -139,9 +132,9 @@ CgroupSite cgroup_site_from(const SlurmConf& slurm, const std::optional<SlurmCon
   if (cgroup) {
     if (auto p = cgroup->get("cgroupplugin")) s.cgroup_plugin = lower(*p);
     if (auto m = cgroup->get("cgroupmountpoint"); m && !m->empty()) s.mountpoint = *m;
-    s.constrain_devices = yes(cgroup->get("constraindevices"));
-    s.constrain_ram = yes(cgroup->get("constrainramspace")) || yes(cgroup->get("constrainswapspace"));
-    s.constrain_cores = yes(cgroup->get("constraincores"));
+    s.constrain_devices = slurm_boolean(cgroup->get("constraindevices"));
+    s.constrain_ram = slurm_boolean(cgroup->get("constrainramspace")) || slurm_boolean(cgroup->get("constrainswapspace"));
+    s.constrain_cores = slurm_boolean(cgroup->get("constraincores"));
   }
   return s;
 }
@@ -617,6 +610,12 @@ void wait_daemon_contained(const ContainmentPlan& plan, pid_t pid, ProcReader& p
       "MPS daemon {} (pid {}) is not inside the job's cgroup ({}) after {} ms but in '{}'; refusing to bind the task to a "
       "daemon that can reach GPUs outside the job (the node's prolog could not move it: its slurmd log says why)",
       daemon_name, pid, plan.job_cgroup, timeout.count(), where));
+}
+
+bool slurm_boolean(const std::optional<std::string>& v) {
+  if (!v) return false;
+  const std::string l = lower(*v);
+  return l == "yes" || l == "up" || l == "1" || l == "true";
 }
 
 }  // namespace unilab::mps

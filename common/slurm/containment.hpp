@@ -40,6 +40,10 @@
 namespace unilab::mps {
 
 // What the site's slurm.conf and cgroup.conf say about cgroups.
+// A Slurm boolean (s_p_handle_boolean): yes, up, true or 1, in any case;
+// unset is false.
+bool slurm_boolean(const std::optional<std::string>& v);
+
 struct CgroupSite {
   bool prolog_contain = false;     // PrologFlags contains Contain
   bool prolog_run_in_job = false;  // PrologFlags contains RunInJob (24.05+)

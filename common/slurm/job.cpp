@@ -335,10 +335,6 @@ std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobC
   return out;
 }
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  return d.count() % 1000 == 0 ? fmt::format("{} s", d.count() / 1000) : fmt::format("{:.1f} s", static_cast<double>(d.count()) / 1000);
-}
-
 // Moves the started daemons into the job's cgroup (or arranges that they
 // join it once Slurm creates it); the line to log, or CudaMpsError.
 std::string contain_job_daemons(const PluginConfig& cfg, const JobContext& job, const ContainmentPlan& plan, bool holding,

@@ -92,8 +92,6 @@ HookTimeout hook_timeout(const NodeFacts& f, const char* key, bool split_keys) {
   return t;
 }
 
-std::string seconds_of(std::chrono::milliseconds d) { return fmt::format("{} s", (d.count() + 999) / 1000); }
-
 }  // namespace
 
 // slurm.conf's PrologTimeout/EpilogTimeout (25.05+; PrologEpilogTimeout
@@ -119,17 +117,16 @@ Result check_hook_timeouts(const NodeFacts& f) {
   std::vector<std::string> errors, short_ones, seen;
   for (int i = 0; i < 2; ++i) {
     const HookTimeout& t = limits[i];
-    const std::string worst = fmt::format("{} ({})", seconds_of(bounds[i].total), bounds[i].parts);
     if (!t.error.empty()) {
       errors.push_back(t.error);
     } else if (!t.seconds) {
       seen.push_back(fmt::format("{} without a limit ({}), the plugin's own bound {}", hooks[i],
-                                 t.key == "PrologEpilogTimeout" ? "no timeout set" : t.key + "=0", seconds_of(bounds[i].total)));
+                                 t.key == "PrologEpilogTimeout" ? "no timeout set" : t.key + "=0", seconds_text(bounds[i].total)));
     } else if (std::chrono::seconds(*t.seconds) < bounds[i].total) {
-      short_ones.push_back(fmt::format("{}={} s is shorter than the longest the plugin's {} can take, {}", t.key, *t.seconds,
-                                       hooks[i], worst));
+      short_ones.push_back(fmt::format("{}={} s is shorter than the longest the plugin's {} can take, {} ({})", t.key,
+                                       *t.seconds, hooks[i], seconds_text(bounds[i].total), bounds[i].parts));
     } else {
-      seen.push_back(fmt::format("{}={} s covers the {}'s {}", t.key, *t.seconds, hooks[i], seconds_of(bounds[i].total)));
+      seen.push_back(fmt::format("{}={} s covers the {}'s {}", t.key, *t.seconds, hooks[i], seconds_text(bounds[i].total)));
     }
   }
   if (!errors.empty()) return CheckResult{CheckStatus::kFail, join(errors, "; ")};
@@ -155,9 +152,9 @@ Result check_cgroup_job_dir(const NodeFacts& f) {
                                    *paths, v->to_string())};
   }
   const CgroupSite site = cgroup_site_from(f.conf, f.cgroup_conf);
-  const bool v2 = site.cgroup_plugin == "cgroup/v2" || (site.cgroup_plugin == "autodetect" && !f.cgroup_v1_mounted && f.cgroup_v2_mounted);
+  const bool v2 = site.cgroup_plugin == "cgroup/v2" || (site.cgroup_plugin == "autodetect" && host_cgroup_version(f) == 2);
   if (!v2 || !v || !has_sluid_job_cgroup(*v)) return std::nullopt;
-  const bool job_ids = paths && has_item(flag_items(*paths), "yes");
+  const bool job_ids = slurm_boolean(paths);
   return CheckResult{CheckStatus::kOk,
                      job_ids ? fmt::format("CgroupJobIdPaths={}: job cgroups are named job_<id>", *paths)
                              : std::string("job cgroups are named after the job's SLUID (26.05; CgroupJobIdPaths=yes names them "

@@ -533,6 +533,8 @@ TEST(SlurmSeriesChecksTest, CgroupJobIdPathsAndTheSluidNamedJobCgroup) {
   r = run_check("cgroup-job-dir", f);
   EXPECT_EQ(r.status, CheckStatus::kOk);
   EXPECT_EQ(r.detail, "CgroupJobIdPaths=yes: job cgroups are named job_<id>");
+  f.cgroup_conf->values["cgroupjobidpaths"] = "1";  // a Slurm boolean: yes, up, true or 1
+  EXPECT_EQ(run_check("cgroup-job-dir", f).detail, "CgroupJobIdPaths=1: job cgroups are named job_<id>");
   f.cgroup_conf->values.erase("cgroupjobidpaths");
   r = run_check("cgroup-job-dir", f);
   EXPECT_TRUE(has(r, "named after the job's SLUID")) << r.detail;
