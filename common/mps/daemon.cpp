@@ -289,7 +289,13 @@ std::string not_launched_because(Starting& st, pid_t pid) {
   if (stat->uid != st.req.uid) return fmt::format("pid {} runs as uid {}, not {}", pid, stat->uid, st.req.uid);
   if (stat->ppid != self) return fmt::format("pid {} is a child of pid {}, not of this process (pid {}), which launched the daemon", pid, stat->ppid, self);
   if (stat->start_ticks < st.launch_ticks) return fmt::format("pid {} started before the launch", pid);
-  if (st.s.proc.exe(pid) != st.binary) return fmt::format("pid {} does not run {}", pid, st.mps.path());
+  if (st.s.proc.exe(pid) != st.binary) {
+    // The proof is the executable itself: a script, or a wrapper that execs
+    // the real binary, never is what the daemon runs.
+    auto comm = st.s.proc.comm(pid);
+    return fmt::format("pid {} does not run {} (it runs '{}'; mps_control= must name the daemon's binary itself, not a script or a wrapper)",
+                       pid, st.mps.path(), comm ? escape_control(*comm) : std::string("?"));
+  }
   if (st.s.proc.environ_value(pid, "CUDA_MPS_PIPE_DIRECTORY") != st.layout.pipe) {
     return fmt::format("pid {} does not serve pipe directory {}", pid, st.layout.pipe);
   }

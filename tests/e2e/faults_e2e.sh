@@ -166,7 +166,7 @@ expect_nothing_left() { # expect_nothing_left TAG JOB [STATE RUN]
   expect_eq "$1: nothing of job $2 is left" "0 daemons, 0 dirs, 0 records" "$(leftovers "${@:2}")"
 }
 daemon_pid_of() { rec_field "$H/state/job$1.n1.gpu${2:-0}.json" pid; }
-launches_in_log() { grep -c ' -d$' "$CALL_LOG"; }
+launches_in_log() { grep -c '^nvidia-cuda-mps-control .* -d$' "$CALL_LOG"; }  # front-end runs of -d
 
 prolog_fails_closed() { # prolog_fails_closed TAG JOB NEEDLE
   check "$1: the prolog fails" test "$PRO_RC" -ne 0
@@ -197,28 +197,24 @@ helpers_part() {
   check "prolog-daemon-answers-late: gave up within start_timeout (+2 s)" test "$took" -le 3
   case_end "prolog rc=$PRO_RC after ${took}s: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-120)...; $(leftovers 102)"
 
-  case_begin prolog-second-daemon-fails "2-GPU job, the second daemon fails: the first is stopped again; nothing left"
-  printf '0\n' >"$STAGE/launches"
-  chmod 666 "$STAGE/launches"
-  cat >"$STAGE/mps-second-fails" <<EOF
-#!/bin/sh
-# Test wrapper: the second \`-d\` fails, everything else is the fake. The
-# prolog starts a job's daemons at once: the count is taken under a lock.
-if [ "\$1" = -d ]; then
-  n=\$(flock $STAGE/launches sh -c 'n=\$((\$(cat $STAGE/launches) + 1)); echo \$n >$STAGE/launches; echo \$n')
-  if [ \$n -eq 2 ]; then echo "second daemon refused (test wrapper)" >&2; exit 1; fi
-fi
-exec $FAKES/nvidia-cuda-mps-control "\$@"
-EOF
-  chmod 755 "$STAGE/mps-second-fails"
-  EXTRA_ARGS=("mps_control=$STAGE/mps-second-fails")
-  prolog 103 SLURM_JOB_GPUS=0,1
-  EXTRA_ARGS=()
-  prolog_fails_closed prolog-second-daemon-fails 103 "second daemon refused"
-  expect_eq "prolog-second-daemon-fails: two daemons were launched" 2 "$(cat "$STAGE/launches")"
-  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-150); launches=$(cat "$STAGE/launches"); $(leftovers 103)"
-
   local before
+  case_begin prolog-second-daemon-fails "2-GPU job, the second daemon fails: the first is stopped again; nothing left"
+  # GRES 1 is /dev/nvidia1, minor 1: the fake's GPU-0f1e2d3c (tests/fakes/gpus.csv).
+  # The fake fails only that daemon's -d, whichever thread launches first.
+  fake_conf mps_fail_start_for=GPU-0f1e2d3c-4b5a-4697-8877-66554433aa10
+  before=$(launches_in_log)
+  local daemons_before
+  daemons_before=$(grep -c '^mps-daemon ' "$CALL_LOG")
+  prolog 103 SLURM_JOB_GPUS=0,1
+  fake_conf
+  prolog_fails_closed prolog-second-daemon-fails 103 "-d failed for daemon 'job103.n1.gpu1'"
+  expect_contains "prolog-second-daemon-fails: the message is the failed daemon's own" "$PRO_OUT" "failed to start the MPS control daemon for GPU-0f1e2d3c"
+  expect_eq "prolog-second-daemon-fails: two daemons were launched" $((before + 2)) "$(launches_in_log)"
+  # The first daemon started and was proven; only the second's failure is told.
+  expect_eq "prolog-second-daemon-fails: the first daemon ran" $((daemons_before + 1)) "$(grep -c '^mps-daemon ' "$CALL_LOG")"
+  expect_not_contains "prolog-second-daemon-fails: the first daemon was verified (no error of its own)" "$PRO_OUT" "job103.n1.gpu0"
+  case_end "prolog rc=$PRO_RC: $(printf '%s' "$PRO_OUT" | sed 's/pid [0-9][0-9]*/pid N/g' | cut -c1-220); launches=$(($(launches_in_log) - before)); $(leftovers 103)"
+
   case_begin prolog-nvidia-smi-missing "nvidia-smi missing: prolog fails naming the path; no daemon launched; nothing left"
   before=$(launches_in_log)
   EXTRA_ARGS=("nvidia_smi=$STAGE/missing/nvidia-smi")

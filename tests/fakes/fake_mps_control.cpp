@@ -788,6 +788,16 @@ int start_daemon(bool foreground, int argc, char** argv, const fake::Config& cfg
     std::fprintf(stderr, "%s: failed to start the MPS control daemon (fake: mps_fail_start=1)\n", kTool);
     return 1;
   }
+  // One daemon of several failing, whichever starts first: the daemon for
+  // this GPU (a UUID in its CUDA_VISIBLE_DEVICES) fails, the others start.
+  if (const auto uuid = cfg.get("mps_fail_start_for"); uuid && !uuid->empty()) {
+    const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    for (const auto& token : fake::split(cvd ? cvd : "", ',')) {
+      if (fake::lower(token) != fake::lower(*uuid)) continue;
+      std::fprintf(stderr, "%s: failed to start the MPS control daemon for %s (fake: mps_fail_start_for)\n", kTool, token.c_str());
+      return 1;
+    }
+  }
   const Paths paths{fake::mps_pipe_dir(), fake::mps_log_dir()};
   std::string error;
   if (!ensure_dir(paths.pipe_dir, &error) || !ensure_dir(paths.log_dir, &error)) {

@@ -338,6 +338,8 @@ TEST_F(DaemonTest, ADaemonRunningAnotherBinaryIsNotTheDaemon) {
   d.host.daemon_exe = FileId{64769, 1};  // e.g. /bin/sleep, exec'd by the user in its place
   std::string e = error_of([&] { start_daemon(d.services, d.tools, store, request()); });
   EXPECT_NE(e.find("does not run " + d.host.mps_control), std::string::npos) << e;
+  // What it runs instead, and the admin's fix when mps_control= is a wrapper.
+  EXPECT_NE(e.find("mps_control= must name the daemon's binary itself, not a script or a wrapper"), std::string::npos) << e;
   EXPECT_TRUE(record_files().empty());
 }
 
