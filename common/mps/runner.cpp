@@ -40,20 +40,20 @@ constexpr size_t kMaxCapture = 1 << 20;  // per stream; more is dropped
 //    its own debugging; a user daemon should not dump GPU state into its
 //    cwd or the system's core pattern), hard kept so the user may raise it.
 //  - RLIMIT_STACK: soft 8 MiB (an unlimited stack changes the mmap layout).
-//  - RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU: unlimited. CUDA
-//    reserves very large virtual address ranges, and the daemon lives as
-//    long as the job; Slurm's job limits apply to the job's tasks, not here.
+//  - RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU: soft raised to the
+//    inherited hard limit, the hard limit kept: CUDA reserves very large
+//    virtual address ranges and the daemon lives as long as the job, so a
+//    low soft limit of slurmd's must not cut it short, but a hard limit the
+//    site gave slurmd bounds the job's tasks too and is never raised for a
+//    user's process (unlimited where slurmd's is, as by default).
 //  - RLIMIT_MEMLOCK: soft raised to the inherited hard limit (pinned host
 //    memory; sites that raise it for RDMA get the same for MPS).
 //  - Others (NPROC, NICE, RTPRIO, SIGPENDING, MSGQUEUE) stay as inherited.
+//    NPROC counts every thread of the user on the node: the job's tasks
+//    have the limit srun propagated, which the prolog does not know, and a
+//    lower guess would fail the server's fork under a busy job.
 constexpr rlim_t kNofile = 16384;
 constexpr rlim_t kStack = 8u << 20;
-
-struct Limit {
-  int resource;
-  rlimit value;
-  rlimit fallback;  // the same within the inherited hard limit, for a root without CAP_SYS_RESOURCE (a container)
-};
 
 // Everything the child needs, prepared before fork: after fork in a possibly
 // multi-threaded process only async-signal-safe calls are allowed.
@@ -67,7 +67,7 @@ struct Prepared {
   std::vector<char*> argv;
   std::vector<char*> envp;
   std::vector<gid_t> groups;
-  std::vector<Limit> limits;
+  std::vector<ToolLimit> limits;
   std::vector<int> cgroup_fds;  // Command::cgroups, open for writing
   bool drop = false;
   bool new_session = false;
@@ -75,8 +75,10 @@ struct Prepared {
   gid_t gid = 0;
 };
 
-std::vector<Limit> user_limits() {
-  std::vector<Limit> out;
+}  // namespace
+
+std::vector<ToolLimit> user_limits() {
+  std::vector<ToolLimit> out;
   auto add = [&](int r, rlimit want) {
     rlimit cur {};
     if (getrlimit(r, &cur) != 0) cur = {RLIM_INFINITY, RLIM_INFINITY};
@@ -96,12 +98,18 @@ std::vector<Limit> user_limits() {
   rlimit stack {};
   getrlimit(RLIMIT_STACK, &stack);
   add(RLIMIT_STACK, {stack.rlim_max != RLIM_INFINITY && stack.rlim_max < kStack ? stack.rlim_max : kStack, 0});
-  for (int r : {RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU}) add(r, {RLIM_INFINITY, RLIM_INFINITY});
+  for (int r : {RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU}) {
+    rlimit inherited {};
+    if (getrlimit(r, &inherited) != 0) inherited = {RLIM_INFINITY, RLIM_INFINITY};
+    add(r, {inherited.rlim_max, 0});
+  }
   rlimit memlock {};
   getrlimit(RLIMIT_MEMLOCK, &memlock);
   add(RLIMIT_MEMLOCK, {memlock.rlim_max, 0});
   return out;
 }
+
+namespace {
 
 // The supplementary groups of `uid` (primary group `gid`); a user unknown to
 // NSS gets only its primary group rather than keeping root's groups. Looked
@@ -253,7 +261,7 @@ UNILAB_CHILD_CODE int become_tool_process(const Prepared& p) {
     } else if (errno != ENOENT) {  // no /proc at all: nothing inherited to undo there
       return errno;
     }
-    for (const Limit& l : p.limits) {
+    for (const ToolLimit& l : p.limits) {
       if (setrlimit(l.resource, &l.value) != 0 && (errno != EPERM || setrlimit(l.resource, &l.fallback) != 0)) return errno;
     }
     if (raw_setgroups(p.groups) != 0) return errno;

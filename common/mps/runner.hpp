@@ -4,6 +4,7 @@
 // for tests.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -99,6 +100,18 @@ class SystemRunner final : public CommandRunner {
  private:
   RunnerOptions options_;
 };
+
+// A resource limit a tool run as the job's user gets: `value`, or where
+// root cannot raise a hard limit (no CAP_SYS_RESOURCE: a container)
+// `fallback`, the same within the inherited hard limit.
+struct ToolLimit {
+  int resource;
+  rlimit value;
+  rlimit fallback;
+};
+// What user_limits() sets, from this process's own limits now
+// (docs/ADMIN.md, "What the daemon's process looks like").
+std::vector<ToolLimit> user_limits();
 
 // Replaces the current process image (for `--foreground`): same hygiene as
 // SystemRunner (env from scratch, fds closed, credentials dropped). Returns

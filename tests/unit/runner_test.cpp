@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -302,7 +303,7 @@ ToolState parse_state(const std::string& out) {
       t.own_session = session == pid;
       continue;
     }
-    for (const char* name : {"Max open files", "Max core file size", "Max stack size", "Max address space"}) {
+    for (const char* name : {"Max open files", "Max core file size", "Max stack size", "Max address space", "Max file size"}) {
       if (line.rfind(name, 0) == 0) {
         std::istringstream f(line.substr(std::strlen(name)));
         std::string soft, hard;
@@ -400,6 +401,56 @@ TEST(SystemRunner, AToolRunAsTheUserGetsACleanProcessState) {
   }
   ASSERT_TRUE(res.ok()) << res.describe() << res.err;
   expect_user_tool_state(parse_state(res.out), true);
+}
+
+// #22 item 8: a hard limit the site gave slurmd bounds the job's tasks, so
+// the user's daemon never gets it raised; its soft limit goes up to it.
+TEST(SystemRunner, AToolRunAsTheUserNeverGetsAHardLimitAboveSlurmds) {
+  if (!test::is_root()) GTEST_SKIP() << "needs root: credentials";
+  // Lowered in a child: a root without CAP_SYS_RESOURCE (a container) could
+  // not raise its own hard limits back.
+  const rlim_t as_hard = mapped_bytes() + (96ull << 30), fsize_hard = 1ull << 30;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    rlimit l {mapped_bytes() + (64ull << 30), as_hard};
+    if (setrlimit(RLIMIT_AS, &l) != 0) _exit(2);
+    l = {fsize_hard / 2, fsize_hard};
+    if (setrlimit(RLIMIT_FSIZE, &l) != 0) _exit(2);
+    // What the runner asks for, whether or not this root may raise a hard
+    // limit (without CAP_SYS_RESOURCE a raise would fall back to the same).
+    std::string plan;
+    for (const ToolLimit& t : user_limits()) {
+      if (t.resource == RLIMIT_AS || t.resource == RLIMIT_FSIZE) {
+        plan += "PLAN " + std::to_string(t.resource) + " " + std::to_string(t.value.rlim_cur) + " " + std::to_string(t.value.rlim_max) + "\n";
+      }
+    }
+    Command c = sh(kStateScript);
+    c.credentials = Credentials{test::kOtherUid, test::kOtherGid};
+    CommandResult res = SystemRunner().run(c);
+    const std::string out = res.ok() ? plan + res.out : "FAILED " + res.describe() + " " + res.err;
+    if (write(fds[1], out.data(), out.size()) != static_cast<ssize_t>(out.size())) _exit(3);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("PLAN {} {} {}\n", RLIMIT_AS, as_hard, as_hard)), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("PLAN {} {} {}\n", RLIMIT_FSIZE, fsize_hard, fsize_hard)), std::string::npos) << out;
+  const ToolState t = parse_state(out.substr(out.find('\n', out.rfind("PLAN ")) + 1));
+  EXPECT_EQ(t.limits.at("Max address space").first, std::to_string(as_hard));
+  EXPECT_EQ(t.limits.at("Max address space").second, std::to_string(as_hard));
+  EXPECT_EQ(t.limits.at("Max file size").first, std::to_string(fsize_hard));
+  EXPECT_EQ(t.limits.at("Max file size").second, std::to_string(fsize_hard));
 }
 
 // What the runner's child changes of itself (credentials, umask, cwd,
