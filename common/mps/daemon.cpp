@@ -583,9 +583,18 @@ std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
     try {
       auto [parent, leaf] = split_parent(dir);
       Fd p = open_trusted_dir(parent, record.uid);
-      // A daemon directory with its own tmpfs: the unmount takes the whole
-      // tree (what remains is the empty mount point).
       if (geteuid() == 0) {
+        // What a user mounted in the daemon's directory (FUSE on pipe/):
+        // detached first, never looked into; what cannot be is not removed.
+        bool blocked = false;
+        for (auto& line : detach_mounts_below(p.get(), leaf, dir, read_mountinfo())) {
+          if (line.rfind("detached ", 0) == 0) continue;
+          errors.push_back(std::move(line));
+          blocked = true;
+        }
+        if (blocked) continue;
+        // A daemon directory with its own tmpfs: the unmount takes the whole
+        // tree (what remains is the empty mount point).
         if (std::string e = unmount_private_fs(p.get(), leaf, dir); !e.empty()) {
           errors.push_back(e);
           continue;
@@ -627,8 +636,13 @@ DaemonRecord start_daemon_until(Services& s, const Tools& tools, RecordStore& st
   claim(st);
   launch(st);
   if (!await_answer(st)) {
-    throw abandon(st, fmt::format("MPS daemon '{}' did not answer within {} ms (start_timeout); check its log in {}", req.name,
-                                  req.start_timeout.count(), st.layout.log),
+    auto mounted = mount_at_or_below(st.layout.pipe);
+    throw abandon(st,
+                  mounted ? fmt::format("MPS daemon '{}': {} is mounted in its pipe directory, which root never looks into; a process of uid {} "
+                                        "mounted it",
+                                        req.name, *mounted, req.uid)
+                          : fmt::format("MPS daemon '{}' did not answer within {} ms (start_timeout); check its log in {}", req.name,
+                                        req.start_timeout.count(), st.layout.log),
                   std::nullopt);
   }
   ProcessIdentity id = verify_started(st);

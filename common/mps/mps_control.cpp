@@ -10,6 +10,7 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
+#include "common/mps/private_fs.hpp"
 #include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
@@ -59,6 +60,8 @@ CommandResult MpsControl::send(const MpsEndpoint& ep, const std::string& command
 }
 
 bool MpsControl::has_socket(const MpsEndpoint& ep) const {
+  // A file system mounted there (a user's FUSE) could hang root's lstat.
+  if (mount_at_or_below(ep.pipe_directory)) return false;
   return control_pipe_kind(ep.pipe_directory + "/control") == "socket";
 }
 

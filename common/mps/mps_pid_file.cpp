@@ -8,6 +8,7 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
+#include "common/mps/private_fs.hpp"
 #include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
@@ -24,6 +25,9 @@ std::optional<pid_t> read_mps_pid_file(const std::string& pipe_directory, uid_t 
   std::string reason;
   std::optional<pid_t> pid;
   try {
+    if (auto m = mount_at_or_below(pipe_directory)) {
+      throw CudaMpsError(fmt::format("{} is mounted in the pipe directory; not looking into it", *m));
+    }
     Fd dir = open_trusted_dir(pipe_directory, uid);
     auto text = read_file_at(dir.get(), kPidFileName, 64);
     if (!text) {

@@ -7,12 +7,17 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
+#include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
 
@@ -67,6 +72,144 @@ std::string unmount_private_fs(int parent_fd, const std::string& name, const std
     return fmt::format("cannot unmount {}: {}", path, std::strerror(errno));
   }
   return "";
+}
+
+namespace {
+
+// mountinfo writes space, tab, newline and backslash as \ooo.
+std::string unescape_mount_field(std::string_view f) {
+  std::string out;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == '\\' && i + 3 < f.size()) {
+      const std::string_view o = f.substr(i + 1, 3);
+      if (o.size() == 3 && std::all_of(o.begin(), o.end(), [](char c) { return c >= '0' && c <= '7'; })) {
+        out.push_back(static_cast<char>(((o[0] - '0') << 6) | ((o[1] - '0') << 3) | (o[2] - '0')));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(f[i]);
+  }
+  return out;
+}
+
+bool at_or_below(const std::string& point, const std::string& path) {
+  if (path == "/") return true;
+  return point == path || (point.size() > path.size() && point.compare(0, path.size(), path) == 0 && point[path.size()] == '/');
+}
+
+std::string describe(const MountEntry& m) { return fmt::format("{} on {}", m.fstype, m.point); }
+
+// The mount id /proc/self/fdinfo gives for `fd` (-1 when unknown).
+int mount_id_of(int fd) {
+  std::ifstream in(fmt::format("/proc/self/fdinfo/{}", fd));
+  int id = -1;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("mnt_id:", 0) != 0) continue;
+    std::string_view v = std::string_view(line).substr(7);
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    std::from_chars(v.data(), v.data() + v.size(), id);
+  }
+  return id;
+}
+
+}  // namespace
+
+std::vector<MountEntry> parse_mountinfo(std::string_view text) {
+  std::vector<MountEntry> out;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+    // id parent major:minor root point options [optional...] - fstype source superoptions
+    std::vector<std::string_view> f;
+    while (!line.empty()) {
+      const size_t sp = line.find(' ');
+      if (sp != 0) f.push_back(line.substr(0, sp));
+      line.remove_prefix(sp == std::string_view::npos ? line.size() : sp + 1);
+    }
+    auto dash = std::find(f.begin(), f.end(), std::string_view("-"));
+    if (f.size() < 6 || dash == f.end() || dash - f.begin() < 6 || f.end() - dash < 2) continue;
+    MountEntry m;
+    auto [p, ec] = std::from_chars(f[0].data(), f[0].data() + f[0].size(), m.id);
+    if (ec != std::errc() || p != f[0].data() + f[0].size()) continue;
+    m.point = unescape_mount_field(f[4]);
+    m.fstype = unescape_mount_field(*(dash + 1));
+    if (m.point.empty() || m.point[0] != '/') continue;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<MountEntry> read_mountinfo() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_mountinfo(text.str());
+}
+
+std::optional<std::string> mount_at_or_below(const std::vector<MountEntry>& mounts, const std::string& path) {
+  for (const auto& m : mounts) {
+    if (at_or_below(m.point, path)) return describe(m);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> mount_at_or_below(const std::string& path) { return mount_at_or_below(read_mountinfo(), path); }
+
+std::vector<std::string> detach_mounts_below(int parent_fd, const std::string& name, const std::string& path,
+                                             const std::vector<MountEntry>& mounts) {
+  std::vector<const MountEntry*> found;
+  for (const auto& m : mounts) {
+    if (!at_or_below(m.point, path) || (m.point == path && m.fstype == "tmpfs")) continue;
+    found.push_back(&m);
+  }
+  // Topmost only: one below another goes with it.
+  std::vector<const MountEntry*> top;
+  for (const auto* m : found) {
+    bool under = std::any_of(found.begin(), found.end(), [&](const MountEntry* o) { return o != m && o->point != m->point && at_or_below(m->point, o->point); });
+    bool twin = std::any_of(top.begin(), top.end(), [&](const MountEntry* o) { return o->point == m->point; });
+    if (!under && !twin) top.push_back(m);
+  }
+  std::vector<std::string> lines;
+  for (const auto* m : top) {
+    // The components from `path` down to the mount point's parent.
+    std::vector<std::string> parts;
+    std::string_view rel = std::string_view(m->point).substr(path.size());
+    while (!rel.empty()) {
+      while (!rel.empty() && rel.front() == '/') rel.remove_prefix(1);
+      const size_t sl = rel.find('/');
+      if (!rel.empty()) parts.emplace_back(rel.substr(0, sl));
+      rel.remove_prefix(sl == std::string_view::npos ? rel.size() : sl);
+    }
+    Fd dir(fcntl(parent_fd, F_DUPFD_CLOEXEC, 0));
+    std::string leaf = name;
+    bool ok = static_cast<bool>(dir);
+    for (const auto& part : parts) {
+      if (!ok) break;
+      Fd next(openat(dir.get(), leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      ok = static_cast<bool>(next);
+      dir = std::move(next);
+      leaf = part;
+    }
+    Fd at(ok ? openat(dir.get(), leaf.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1);
+    if (!at) {
+      lines.push_back(fmt::format("{} mounted below {}: cannot reach its mount point ({}); left mounted", describe(*m), path,
+                                  std::strerror(errno)));
+      continue;
+    }
+    if (mount_id_of(at.get()) != m->id) {
+      lines.push_back(fmt::format("{} mounted below {}: the path no longer leads to that mount; left mounted", describe(*m), path));
+      continue;
+    }
+    // The magic link is the opened mount root itself: no path is walked.
+    if (umount2(fmt::format("/proc/self/fd/{}", at.get()).c_str(), MNT_DETACH) != 0) {
+      lines.push_back(fmt::format("cannot detach {}: {}", describe(*m), std::strerror(errno)));
+      continue;
+    }
+    lines.push_back(fmt::format("detached {} (a file system mounted in the daemon's directory; root never looks into it)", describe(*m)));
+  }
+  return lines;
 }
 
 }  // namespace unilab::mps

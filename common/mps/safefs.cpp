@@ -1,4 +1,5 @@
 #include "common/mps/safefs.hpp"
+#include "common/mps/private_fs.hpp"
 
 #include <dirent.h>
 #include <signal.h>
@@ -341,6 +342,7 @@ std::vector<std::string> read_user_file_tail(const std::string& dir_path, const 
     return std::vector<std::string>{};
   };
   if (dir_path.empty() || dir_path[0] != '/') return refuse(fmt::format("'{}' is not an absolute path", dir_path));
+  if (auto m = mount_at_or_below(dir_path)) return refuse(fmt::format("{} is mounted there; not reading it", *m));
   Fd dir(open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) return errno == ENOENT ? std::vector<std::string>{} : refuse(fmt::format("cannot open {}: {}", dir_path, std::strerror(errno)));
   struct stat st {};

@@ -589,6 +589,32 @@ attack_tmpfs_mount_point() {
   expect_nothing_left attack-tmpfs-mount-point 157
   [ "$shared" = 1 ] && umount "$H/run"
   case_end "under the tmpfs: '$below'; epilog rc=$EPI_RC"
+
+  # A user's FUSE mount on pipe/ or log/ (user_allow_other) answers root's
+  # opens and stats and can hang them. Stood in for by a root-made tmpfs:
+  # the epilog must neither look into it nor leave it (mountinfo, detach).
+  case_begin attack-mount-in-daemon-dir "a file system mounted on the daemon's pipe/ and log/ (a user's FUSE where user_allow_other is set): root never looks into it; the epilog detaches it, stops the daemon and leaves nothing, with the private tmpfs and with dir_size=off"
+  local job size mounted obs_mount=""
+  for job in 158 159; do
+    size=""
+    [ "$job" = 159 ] && size=dir_size=off
+    entry=$H/run/$(run_entry "$job" n1 0)
+    EXTRA_ARGS=($size)
+    prolog "$job"
+    expect_eq "attack-mount-in-daemon-dir ($job ${size:-tmpfs}): prolog exits 0" 0 "$PRO_RC"
+    dpid=$(daemon_pid_of "$job")
+    mounted=0
+    mount -t tmpfs -o size=1m,mode=0700,uid="$U1" stand-in-fuse "$entry/pipe" && mount -t tmpfs -o size=1m,mode=0700,uid="$U1" stand-in-fuse "$entry/log" && mounted=1
+    check "attack-mount-in-daemon-dir ($job): pipe/ and log/ are mount points for this case" test "$mounted" = 1
+    epilog "$job"
+    EXTRA_ARGS=()
+    expect_eq "attack-mount-in-daemon-dir ($job): epilog exits 0" 0 "$EPI_RC"
+    expect_eq "attack-mount-in-daemon-dir ($job): no mount is left at or below the daemon's dir" "" "$(awk -v d="$entry" '$2 == d || index($2, d "/") == 1' /proc/mounts)"
+    check_not "attack-mount-in-daemon-dir ($job): the daemon is gone" proc_running "$dpid"
+    expect_nothing_left "attack-mount-in-daemon-dir ($job)" "$job"
+    obs_mount+="${size:-tmpfs}: epilog rc=$EPI_RC, $(printf '%s' "$EPI_OUT" | grep -o 'gpu0 (pid [0-9]*): [a-z]*' | sed 's/ (pid [0-9]*)//' | head -n1); "
+  done
+  case_end "$obs_mount$(leftovers 158), $(leftovers 159)"
 }
 
 # ---------------------------------------------------------------- cli part
