@@ -244,6 +244,31 @@ expect_contains "names the restart" "$out" "[fail] slurmd"
 cluster_restart_slurmd
 out=$("$CLI" doctor --node 2>&1); rc=$?
 expect_eq "after restarting slurmd: exit 0" 0 "$rc"
+# slurmd's own start checks the plugin's arguments (the slurmd context of
+# slurm_spank_init): an optional line is logged and slurmd runs on, a
+# required one stops slurmd from starting.
+echo "== slurmd checks the plugin's arguments when it starts"
+slurmd_says() { cat "$LOG" "$CLUSTER_DIR/log/slurmd-n1.out" 2>/dev/null | tail -n +"$1"; }
+from=$(($(slurmd_says 1 | wc -l) + 1))
+PLUGIN_SO=$PLUGIN PLUGIN_ARGS="$GOOD_ARGS colour=blue" write_plugstack_conf
+check "optional line, bad argument: slurmd starts and registers" cluster_restart_slurmd
+expect_contains "optional line, bad argument: slurmd logs why the plugin refuses to load" "$(slurmd_says "$from")" \
+  "unilab-mps: refusing to load: unknown plugin argument 'colour'"
+from=$(($(slurmd_says 1 | wc -l) + 1))
+PLUGIN_REQUIRED=1 PLUGIN_SO=$PLUGIN PLUGIN_ARGS="$GOOD_ARGS colour=blue" write_plugstack_conf
+_ue2e_kill_recorded "$CLUSTER_DIR/state/slurmd-n1.pid" "$_UE2E_SBIN/slurmd" "$(_ue2e_slurmd_id)"
+_ue2e_daemon_env setsid "$_UE2E_SBIN/slurmd" -N n1 -f "$SLURM_CONF" </dev/null >>"$CLUSTER_DIR/log/slurmd-n1.out" 2>&1
+up=1
+for _ in $(seq 1 75); do
+  pgrep -f "slurmd -N n1 -f $SLURM_CONF" >/dev/null || { up=0; break; }
+  sleep 0.2
+done
+expect_eq "required line, bad argument: slurmd does not stay up" 0 "$up"
+expect_contains "required line, bad argument: the slurmd log names the argument" "$(slurmd_says "$from")" \
+  "unilab-mps: refusing to load: unknown plugin argument 'colour'"
+pkill -f "slurmd -N n1 -f $SLURM_CONF" 2>/dev/null
+PLUGIN_SO=$PLUGIN PLUGIN_ARGS=$GOOD_ARGS write_plugstack_conf
+check "good arguments again: slurmd starts and registers" cluster_restart_slurmd
 # nvidia_smi path missing
 PLUGIN_SO=$PLUGIN PLUGIN_ARGS="${GOOD_ARGS/nvidia_smi=$FAKES\/nvidia-smi/nvidia_smi=/nonexistent/nvidia-smi}" write_plugstack_conf
 out=$("$CLI" doctor --node 2>&1); rc=$?
@@ -323,7 +348,7 @@ if [ "${ADMIN_E2E_DPKG_INSTALL:-0}" = 1 ]; then
   fi
 fi
 
-if grep "unilab-mps" "$LOG" | grep -i "error" | grep -v "exceeds this site\|invalid MPS thread\|invalid memory size" >"$WORK/errors.txt"; then
+if grep "unilab-mps" "$LOG" | grep -i "error" | grep -v "exceeds this site\|invalid MPS thread\|invalid memory size\|unknown plugin argument 'colour'" >"$WORK/errors.txt"; then
   fail "slurmd log free of unexpected unilab-mps errors" "$(head -5 "$WORK/errors.txt")"
 else
   pass "slurmd log free of unexpected unilab-mps errors"
