@@ -98,7 +98,10 @@ bool at_or_below(const std::string& point, const std::string& path) {
   return point == path || (point.size() > path.size() && point.compare(0, path.size(), path) == 0 && point[path.size()] == '/');
 }
 
-std::string describe(const MountEntry& m) { return fmt::format("{} on {}", m.fstype, m.point); }
+std::string describe(const MountEntry& m) {
+  return m.fuse_user && *m.fuse_user != 0 ? fmt::format("{} on {} (mounted by uid {})", m.fstype, m.point, *m.fuse_user)
+                                          : fmt::format("{} on {}", m.fstype, m.point);
+}
 
 // The mount id /proc/self/fdinfo gives for `fd` (-1 when unknown).
 int mount_id_of(int fd) {
@@ -136,6 +139,18 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text) {
     m.point = unescape_mount_field(f[4]);
     m.fstype = unescape_mount_field(*(dash + 1));
     if (m.point.empty() || m.point[0] != '/') continue;
+    if ((m.fstype == "fuse" || m.fstype.rfind("fuse.", 0) == 0 || m.fstype == "fuseblk") && dash + 3 < f.end()) {
+      std::string_view opts = *(dash + 3);
+      while (!opts.empty()) {
+        const size_t comma = opts.find(',');
+        std::string_view o = opts.substr(0, comma);
+        opts.remove_prefix(comma == std::string_view::npos ? opts.size() : comma + 1);
+        if (o.rfind("user_id=", 0) != 0) continue;
+        uid_t uid = 0;
+        auto [q, e] = std::from_chars(o.data() + 8, o.data() + o.size(), uid);
+        if (e == std::errc() && q == o.data() + o.size()) m.fuse_user = uid;
+      }
+    }
     out.push_back(std::move(m));
   }
   return out;
@@ -151,6 +166,9 @@ std::vector<MountEntry> read_mountinfo() {
 std::optional<std::string> mount_at_or_below(const std::vector<MountEntry>& mounts, const std::string& path) {
   for (const auto& m : mounts) {
     if (at_or_below(m.point, path)) return describe(m);
+    // Above it: only a user's FUSE (root's own mounts, /run among them, are
+    // what every path lies on).
+    if (m.fuse_user && *m.fuse_user != 0 && at_or_below(path, m.point)) return describe(m);
   }
   return std::nullopt;
 }

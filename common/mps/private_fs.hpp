@@ -37,6 +37,8 @@ struct MountEntry {
   int id = 0;
   std::string point;
   std::string fstype;
+  // A FUSE mount's user_id= (who mounted it: fusermount runs for a user).
+  std::optional<uid_t> fuse_user;
 };
 // Lines that do not parse are skipped.
 std::vector<MountEntry> parse_mountinfo(std::string_view text);
@@ -44,7 +46,9 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text);
 std::vector<MountEntry> read_mountinfo();
 
 // A file system mounted at `path` or below it ("fuse.sshfs on /run/x/pipe"),
-// from `mounts`; nullopt when there is none. A user's FUSE mount on its
+// or a FUSE mount of a user other than root on a directory above it (on the
+// daemon's directory, over its tmpfs), from `mounts`; nullopt when there is
+// none. A user's FUSE mount on its
 // pipe/ or log/ directory (nodes with user_allow_other in /etc/fuse.conf)
 // answers root's every open and stat, and can hang them: root looks into
 // such a directory only when nothing is mounted there (mountinfo is read,

@@ -21,7 +21,7 @@ namespace {
 TEST(MountInfo, ParsesPointsTypesAndEscapes) {
   const auto m = parse_mountinfo(
       "22 1 0:21 / /run rw,nosuid shared:5 - tmpfs tmpfs rw,size=1g\n"
-      "90 22 0:50 / /run/unilab\\040mps/job1/pipe rw,nosuid,nodev - fuse.sshfs u@h:/ rw,user_id=1001\n"
+      "90 22 0:50 / /run/unilab\\040mps/job1/pipe rw,nosuid,nodev - fuse.sshfs u@h:/ rw,user_id=1001,group_id=1001\n"
       "garbage line\n"
       "91 22 0:51 / relative rw - tmpfs tmpfs rw\n"
       "92 22 0:52 / /run/x rw no-dash-here tmpfs\n");
@@ -32,15 +32,28 @@ TEST(MountInfo, ParsesPointsTypesAndEscapes) {
   EXPECT_EQ(m[1].id, 90);
   EXPECT_EQ(m[1].point, "/run/unilab mps/job1/pipe");
   EXPECT_EQ(m[1].fstype, "fuse.sshfs");
+  EXPECT_FALSE(m[0].fuse_user);
+  EXPECT_EQ(m[1].fuse_user.value_or(0), 1001u);
 }
 
 TEST(MountInfo, FindsAMountAtOrBelowAPathOnly) {
-  const std::vector<MountEntry> m = {{1, "/run", "tmpfs"}, {2, "/run/u/job1/pipe2", "fuse"}, {3, "/run/u/job2/log/x", "fuse.a"}};
+  const std::vector<MountEntry> m = {{1, "/run", "tmpfs", std::nullopt}, {2, "/run/u/job1/pipe2", "fuse", std::nullopt}, {3, "/run/u/job2/log/x", "fuse.a", std::nullopt}};
   EXPECT_FALSE(mount_at_or_below(m, "/run/u/job1/pipe")) << "pipe2 is not below pipe";
   EXPECT_EQ(mount_at_or_below(m, "/run/u/job1/pipe2").value_or(""), "fuse on /run/u/job1/pipe2");
   EXPECT_EQ(mount_at_or_below(m, "/run/u/job2/log").value_or(""), "fuse.a on /run/u/job2/log/x");
   EXPECT_FALSE(mount_at_or_below(m, "/run/u/job2/pipe"));
   EXPECT_EQ(mount_at_or_below(m, "/run").value_or(""), "tmpfs on /run");
+}
+
+// A user's FUSE stacked on the daemon's directory (whose tmpfs root the
+// user owns) lies on the way to pipe/ and log/: root's lookups would go to it.
+TEST(MountInfo, FindsAUsersFuseMountAboveAPath) {
+  std::vector<MountEntry> m = {{1, "/run", "tmpfs", std::nullopt}, {2, "/run/u/job1", "tmpfs", std::nullopt},
+                               {3, "/run/u/job1", "fuse.sshfs", 1001}};
+  EXPECT_EQ(mount_at_or_below(m, "/run/u/job1/pipe").value_or(""), "fuse.sshfs on /run/u/job1 (mounted by uid 1001)");
+  m[2].fuse_user = 0;  // root's own FUSE (a site's) is where a path may lie
+  EXPECT_FALSE(mount_at_or_below(m, "/run/u/job1/pipe"));
+  EXPECT_FALSE(mount_at_or_below({{4, "/run/u", "fuse", 1001}}, "/run/u2/pipe")) << "not above: a sibling";
 }
 
 class MountedTest : public ::testing::Test {
@@ -105,12 +118,12 @@ TEST_F(MountedTest, AStalePathDetachesNothingElsewhere) {
   ASSERT_NE(id, -1);
   Fd parent(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   // A symlink on the way: never followed.
-  auto lines = detach_mounts_below(parent.get(), "d", root + "/d", {{id, root + "/d/link/x", "fuse"}});
+  auto lines = detach_mounts_below(parent.get(), "d", root + "/d", {{id, root + "/d/link/x", "fuse", std::nullopt}});
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("cannot reach its mount point"), std::string::npos) << lines[0];
   // A path that leads to another mount than the one listed.
   mount_at(root + "/d/y");
-  lines = detach_mounts_below(parent.get(), "d", root + "/d", {{id, root + "/d/y", "fuse"}});
+  lines = detach_mounts_below(parent.get(), "d", root + "/d", {{id, root + "/d/y", "fuse", std::nullopt}});
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("no longer leads to that mount"), std::string::npos) << lines[0];
   EXPECT_EQ(id_of(root + "/elsewhere/x"), id) << "the mount elsewhere is untouched";
