@@ -444,8 +444,8 @@ TEST(SystemRunner, AToolRunAsTheUserNeverGetsAHardLimitAboveSlurmds) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   ASSERT_EQ(out.rfind("FAILED", 0), std::string::npos) << out;
-  EXPECT_NE(out.find(fmt::format("PLAN {} {} {}\n", RLIMIT_AS, as_hard, as_hard)), std::string::npos) << out;
-  EXPECT_NE(out.find(fmt::format("PLAN {} {} {}\n", RLIMIT_FSIZE, fsize_hard, fsize_hard)), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("PLAN {} {} {}\n", static_cast<int>(RLIMIT_AS), as_hard, as_hard)), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("PLAN {} {} {}\n", static_cast<int>(RLIMIT_FSIZE), fsize_hard, fsize_hard)), std::string::npos) << out;
   const ToolState t = parse_state(out.substr(out.find('\n', out.rfind("PLAN ")) + 1));
   EXPECT_EQ(t.limits.at("Max address space").first, std::to_string(as_hard));
   EXPECT_EQ(t.limits.at("Max address space").second, std::to_string(as_hard));
