@@ -93,6 +93,18 @@ std::string unescape_mount_field(std::string_view f) {
   return out;
 }
 
+// The non-empty pieces of `text` between `sep`s (mountinfo's lines, its
+// space-separated fields, a comma-separated option list, path components).
+std::vector<std::string_view> pieces(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  while (!text.empty()) {
+    const size_t at = text.find(sep);
+    if (at != 0) out.push_back(text.substr(0, at));
+    text.remove_prefix(at == std::string_view::npos ? text.size() : at + 1);
+  }
+  return out;
+}
+
 bool at_or_below(const std::string& point, const std::string& path) {
   if (path == "/") return true;
   return point == path || (point.size() > path.size() && point.compare(0, path.size(), path) == 0 && point[path.size()] == '/');
@@ -120,17 +132,9 @@ int mount_id_of(int fd) {
 
 std::vector<MountEntry> parse_mountinfo(std::string_view text) {
   std::vector<MountEntry> out;
-  while (!text.empty()) {
-    const size_t end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+  for (std::string_view line : pieces(text, '\n')) {
     // id parent major:minor root point options [optional...] - fstype source superoptions
-    std::vector<std::string_view> f;
-    while (!line.empty()) {
-      const size_t sp = line.find(' ');
-      if (sp != 0) f.push_back(line.substr(0, sp));
-      line.remove_prefix(sp == std::string_view::npos ? line.size() : sp + 1);
-    }
+    const std::vector<std::string_view> f = pieces(line, ' ');
     auto dash = std::find(f.begin(), f.end(), std::string_view("-"));
     if (f.size() < 6 || dash == f.end() || dash - f.begin() < 6 || f.end() - dash < 2) continue;
     MountEntry m;
@@ -140,11 +144,7 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text) {
     m.fstype = unescape_mount_field(*(dash + 1));
     if (m.point.empty() || m.point[0] != '/') continue;
     if ((m.fstype == "fuse" || m.fstype.rfind("fuse.", 0) == 0 || m.fstype == "fuseblk") && dash + 3 < f.end()) {
-      std::string_view opts = *(dash + 3);
-      while (!opts.empty()) {
-        const size_t comma = opts.find(',');
-        std::string_view o = opts.substr(0, comma);
-        opts.remove_prefix(comma == std::string_view::npos ? opts.size() : comma + 1);
+      for (std::string_view o : pieces(*(dash + 3), ',')) {
         if (o.rfind("user_id=", 0) != 0) continue;
         uid_t uid = 0;
         auto [q, e] = std::from_chars(o.data() + 8, o.data() + o.size(), uid);
@@ -191,15 +191,8 @@ std::vector<std::string> detach_mounts_below(int parent_fd, const std::string& n
   }
   std::vector<std::string> lines;
   for (const auto* m : top) {
-    // The components from `path` down to the mount point's parent.
-    std::vector<std::string> parts;
-    std::string_view rel = std::string_view(m->point).substr(path.size());
-    while (!rel.empty()) {
-      while (!rel.empty() && rel.front() == '/') rel.remove_prefix(1);
-      const size_t sl = rel.find('/');
-      if (!rel.empty()) parts.emplace_back(rel.substr(0, sl));
-      rel.remove_prefix(sl == std::string_view::npos ? rel.size() : sl);
-    }
+    // The components from `path` down to the mount point.
+    const auto parts = pieces(std::string_view(m->point).substr(path.size()), '/');
     Fd dir(fcntl(parent_fd, F_DUPFD_CLOEXEC, 0));
     std::string leaf = name;
     bool ok = static_cast<bool>(dir);
@@ -208,7 +201,7 @@ std::vector<std::string> detach_mounts_below(int parent_fd, const std::string& n
       Fd next(openat(dir.get(), leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       ok = static_cast<bool>(next);
       dir = std::move(next);
-      leaf = part;
+      leaf = std::string(part);
     }
     Fd at(ok ? openat(dir.get(), leaf.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1);
     if (!at) {

@@ -318,6 +318,15 @@ ToolState parse_state(const std::string& out) {
 const char* kStateScript = "umask; pwd; cat /proc/self/oom_score_adj; echo $$; cat /proc/self/limits; "
                            "echo STAT $(cat /proc/$$/stat)";
 
+// Everything a child writes to `fd` until it closes its end; closes `fd`.
+std::string read_to_eof(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
 // VmSize of this process, in bytes.
 rlim_t mapped_bytes() {
   std::istringstream in(test::read_text("/proc/self/status"));
@@ -436,10 +445,7 @@ TEST(SystemRunner, AToolRunAsTheUserNeverGetsAHardLimitAboveSlurmds) {
     _exit(0);
   }
   close(fds[1]);
-  std::string out;
-  char buf[4096];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
+  const std::string out = read_to_eof(fds[0]);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
@@ -645,10 +651,7 @@ TEST(ExecReplace, DropsAndResetsLikeTheRunnerButKeepsTheTerminalSession) {
     _exit(127);
   }
   close(out[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  close(out[0]);
+  const std::string text = read_to_eof(out[0]);
   int st = 0;
   ASSERT_EQ(waitpid(pid, &st, 0), pid);
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << text;
