@@ -471,6 +471,112 @@ ChildWait wait_child_until(pid_t pid, std::chrono::steady_clock::time_point dead
   return w;
 }
 
+namespace {
+
+// The parent's side of one running tool: its pipe ends (-1 once closed),
+// how much of its stdin went out, and what the exec-status pipe said.
+struct Child {
+  pid_t pid = -1;
+  int pidfd = -1;
+  int in = -1, out = -1, err = -1, status = -1;
+  size_t written = 0;
+  int exec_errno = 0;
+  bool exec_failed = false;
+  bool out_open = true, err_open = true;
+  int wstatus = 0;  // -1: reaped by someone else, no status
+
+  void close_in() {
+    if (in >= 0) close(in);
+    in = -1;
+  }
+  // The exec-status pipe: 4 bytes (errno) when the exec failed, EOF once it
+  // succeeded.
+  void read_status() {
+    ssize_t got = read(status, &exec_errno, sizeof exec_errno);
+    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    exec_failed = got == sizeof exec_errno;
+    close(status);
+    status = -1;
+    if (exec_failed) close_in();
+  }
+};
+
+// The four pipes of a tool, close-on-exec: [stdin, stdout, stderr, exec
+// status], each {read end, write end}. "" or the error.
+std::string open_pipes(int (&fds)[4][2]) {
+  for (auto& f : fds) f[0] = f[1] = -1;
+  for (auto& f : fds) {
+    if (pipe2(f, O_CLOEXEC) != 0) {
+      const int e = errno;
+      for (auto& g : fds) for (int fd : g) if (fd >= 0) close(fd);
+      return fmt::format("pipe: {}", std::strerror(e));
+    }
+  }
+  return "";
+}
+
+// One round of the wait for the tool: its output read, its stdin fed, and
+// whether it has exited. Polls at most `wait_ms`.
+bool pump(Child& ch, const Command& c, CommandResult& result, int wait_ms) {
+  pollfd fds[5];
+  nfds_t n = 0;
+  if (ch.out_open) fds[n++] = {ch.out, POLLIN, 0};
+  if (ch.err_open) fds[n++] = {ch.err, POLLIN, 0};
+  if (ch.in >= 0) fds[n++] = {ch.in, POLLOUT, 0};
+  if (ch.status >= 0) fds[n++] = {ch.status, POLLIN, 0};
+  if (ch.pidfd >= 0) fds[n++] = {ch.pidfd, POLLIN, 0};
+  poll(fds, n, wait_ms);
+  if (ch.status >= 0) ch.read_status();
+  if (ch.out_open) ch.out_open = drain(ch.out, result.out);
+  if (ch.err_open) ch.err_open = drain(ch.err, result.err);
+  if (ch.in >= 0) {
+    ssize_t w = write_without_sigpipe(ch.in, c.stdin_data.data() + ch.written, c.stdin_data.size() - ch.written);
+    if (w > 0) ch.written += static_cast<size_t>(w);
+    // EPIPE: the child is done reading (or gone); that is its business.
+    if ((w < 0 && errno != EAGAIN && errno != EINTR) || ch.written == c.stdin_data.size()) ch.close_in();
+  }
+  pid_t r = waitpid(ch.pid, &ch.wstatus, WNOHANG);
+  if (r == ch.pid) return true;
+  if (r < 0 && errno == ECHILD) {  // reaped by someone else (SIGCHLD ignored): no status, not a success
+    ch.wstatus = -1;
+    return true;
+  }
+  return false;
+}
+
+// The deadline passed: the tool's group and the tool itself are killed, and
+// reaped within the grace, or else abandoned. Our unreaped child's pid (and
+// so its group id) cannot be reused; the pidfd names the child itself
+// whatever happens.
+void kill_timed_out(const Child& ch, const RunnerOptions& options, CommandResult& result) {
+  kill(-ch.pid, SIGKILL);
+  if (ch.pidfd < 0 || syscall(SYS_pidfd_send_signal, ch.pidfd, SIGKILL, nullptr, 0) != 0) kill(ch.pid, SIGKILL);
+  result.timed_out = true;
+  auto wait = options.wait_until ? options.wait_until : wait_child_until;
+  ChildWait w = wait(ch.pid, std::chrono::steady_clock::now() + options.kill_grace);
+  result.abandoned = !w.reaped;
+}
+
+// The child is gone (or abandoned): what its pipes already hold, without
+// waiting for EOF (a daemon it forked may keep them open), and its outcome.
+void finish(Child& ch, const Command& c, CommandResult& result) {
+  if (ch.status >= 0 && !result.abandoned) ch.read_status();
+  if (ch.out_open) drain(ch.out, result.out);
+  if (ch.err_open) drain(ch.err, result.err);
+  for (int fd : {ch.in, ch.out, ch.err, ch.status, ch.pidfd}) if (fd >= 0) close(fd);
+  if (ch.exec_failed && (ch.exec_errno & kCgroupJoinFailed) != 0) {
+    result.exec_error = fmt::format("cannot put {} into its cgroup ({}): {}", c.argv[0], fmt::join(c.cgroups, ", "),
+                                    std::strerror(ch.exec_errno & ~kCgroupJoinFailed));
+  } else if (ch.exec_failed) {
+    result.exec_error = fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(ch.exec_errno));
+  } else if (!result.timed_out && ch.wstatus != -1) {
+    if (WIFEXITED(ch.wstatus)) result.exit_code = WEXITSTATUS(ch.wstatus);
+    if (WIFSIGNALED(ch.wstatus)) result.term_signal = WTERMSIG(ch.wstatus);
+  }
+}
+
+}  // namespace
+
 CommandResult SystemRunner::run(const Command& c) {
   CommandResult result;
   Prepared p;
@@ -478,101 +584,42 @@ CommandResult SystemRunner::run(const Command& c) {
     result.exec_error = e;
     return result;
   }
-  int in[2], out[2], err[2], status[2];
-  if (pipe2(in, O_CLOEXEC) != 0) { result.exec_error = fmt::format("pipe: {}", std::strerror(errno)); return result; }
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
-    result.exec_error = fmt::format("pipe: {}", std::strerror(errno));
-    return result;  // the few fds leaked here are closed at exit; this path needs fd exhaustion
+  int pipes[4][2];
+  if (std::string e = open_pipes(pipes); !e.empty()) {
+    result.exec_error = e;
+    return result;
   }
+  auto& [in, out, err, status] = pipes;
   const auto deadline = std::chrono::steady_clock::now() + c.timeout;
   pid_t pid = spawn_child(ChildArgs{&p, in[0], out[1], err[1], status[1], options_.after_drop});
   if (pid < 0) {
     result.exec_error = fmt::format("cannot start {}: {}", c.argv[0], std::strerror(errno));
-    for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1], status[0], status[1]}) close(fd);
+    for (auto& f : pipes) for (int fd : f) close(fd);
     return result;
   }
   result.pid = pid;
   for (int fd : {in[0], out[1], err[1], status[1]}) close(fd);
 
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  set_nonblock(in[1]);
-  set_nonblock(out[0]);
-  set_nonblock(err[0]);
-  set_nonblock(status[0]);
-  size_t written = 0;
-  if (c.stdin_data.empty()) { close(in[1]); in[1] = -1; }
-  // The exec-status pipe: 4 bytes (errno) when the exec failed, EOF once it
-  // succeeded. spawn_child has returned, so the exec is already over: the
-  // child either runs the tool or has written why not. (What the timeout
-  // cannot bound is a program path on a hung filesystem: the access() in
-  // prepare() and the exec itself wait in the kernel; Slurm's
+  Child ch;
+  ch.pid = pid;
+  ch.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  ch.in = in[1], ch.out = out[0], ch.err = err[0], ch.status = status[0];
+  for (int fd : {ch.in, ch.out, ch.err, ch.status}) set_nonblock(fd);
+  if (c.stdin_data.empty()) ch.close_in();
+  // spawn_child has returned, so the exec is already over: the child either
+  // runs the tool or has written why not on the status pipe. (What the
+  // timeout cannot bound is a program path on a hung filesystem: the
+  // access() in prepare() and the exec itself wait in the kernel; Slurm's
   // PrologEpilogTimeout bounds the prolog then.)
-  int exec_errno = 0;
-  bool exec_failed = false;
-  auto read_status = [&] {
-    ssize_t got = read(status[0], &exec_errno, sizeof exec_errno);
-    if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    exec_failed = got == sizeof exec_errno;
-    close(status[0]);
-    status[0] = -1;
-    if (exec_failed && in[1] >= 0) { close(in[1]); in[1] = -1; }
-  };
-  bool out_open = true, err_open = true, exited = false;
-  int wstatus = 0;
-  while (!exited) {
-    pollfd fds[5];
-    nfds_t n = 0;
-    if (out_open) fds[n++] = {out[0], POLLIN, 0};
-    if (err_open) fds[n++] = {err[0], POLLIN, 0};
-    if (in[1] >= 0) fds[n++] = {in[1], POLLOUT, 0};
-    if (status[0] >= 0) fds[n++] = {status[0], POLLIN, 0};
-    if (pidfd >= 0) fds[n++] = {pidfd, POLLIN, 0};
+  for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      // Our unreaped child's pid (and so its group id) cannot be reused;
-      // the pidfd names the child itself whatever happens.
-      kill(-pid, SIGKILL);
-      if (pidfd < 0 || syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) != 0) kill(pid, SIGKILL);
-      result.timed_out = true;
-      auto wait = options_.wait_until ? options_.wait_until : wait_child_until;
-      ChildWait w = wait(pid, std::chrono::steady_clock::now() + options_.kill_grace);
-      result.abandoned = !w.reaped;
+      kill_timed_out(ch, options_, result);
       break;
     }
-    int wait_ms = pidfd >= 0 ? static_cast<int>(std::min<long>(left.count(), 1000)) : 10;
-    poll(fds, n, wait_ms);
-    if (status[0] >= 0) read_status();
-    if (out_open) out_open = drain(out[0], result.out);
-    if (err_open) err_open = drain(err[0], result.err);
-    if (in[1] >= 0) {
-      ssize_t w = write_without_sigpipe(in[1], c.stdin_data.data() + written, c.stdin_data.size() - written);
-      if (w > 0) written += static_cast<size_t>(w);
-      // EPIPE: the child is done reading (or gone); that is its business.
-      if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == c.stdin_data.size()) { close(in[1]); in[1] = -1; }
-    }
-    pid_t r = waitpid(pid, &wstatus, WNOHANG);
-    if (r == pid) exited = true;
-    if (r < 0 && errno == ECHILD) {  // reaped by someone else (SIGCHLD ignored): no status, not a success
-      exited = true;
-      wstatus = -1;
-    }
+    if (pump(ch, c, result, ch.pidfd >= 0 ? static_cast<int>(std::min<long>(left.count(), 1000)) : 10)) break;
   }
-  // The child is gone (or abandoned); take what its pipes already hold,
-  // without waiting for EOF (a daemon it forked may keep them open).
-  if (status[0] >= 0 && !result.abandoned) read_status();
-  if (out_open) drain(out[0], result.out);
-  if (err_open) drain(err[0], result.err);
-  for (int fd : {in[1], out[0], err[0], status[0], pidfd}) if (fd >= 0) close(fd);
-
-  if (exec_failed && (exec_errno & kCgroupJoinFailed) != 0) {
-    result.exec_error = fmt::format("cannot put {} into its cgroup ({}): {}", c.argv[0], fmt::join(c.cgroups, ", "),
-                                    std::strerror(exec_errno & ~kCgroupJoinFailed));
-  } else if (exec_failed) {
-    result.exec_error = fmt::format("cannot execute {}: {}", c.argv[0], std::strerror(exec_errno));
-  } else if (!result.timed_out && wstatus != -1) {
-    if (WIFEXITED(wstatus)) result.exit_code = WEXITSTATUS(wstatus);
-    if (WIFSIGNALED(wstatus)) result.term_signal = WTERMSIG(wstatus);
-  }
+  finish(ch, c, result);
   return result;
 }
 

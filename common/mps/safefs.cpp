@@ -455,136 +455,177 @@ int open_subdir(int dir, const char* name, RemoveScratch& s) {
   return fd;
 }
 
-// Removes everything below the directory open as `top` (not `top` itself).
-// Returns 0, or -1 with s.err/s.step set.
-int remove_contents(int top, RemoveScratch& s) {
-  int cur = fcntl(top, F_DUPFD_CLOEXEC, 0);
-  if (cur < 0) return fail(s, kDup, errno);
-  size_t depth = 0;     // levels below top
-  size_t known = 0;     // ring entries valid for levels depth-known .. depth-1
-  off_t resume = 0;     // where the pass over `cur` starts
-  bool reopen = false;  // the next pass from the start reads through a fresh descriptor
+// What one directory entry came to.
+enum class Entry { kGone, kRemoved, kDescend, kFailed };
+
+// Removes the entry `d` of the directory open as `cur`, or opens it as
+// `down` when it is a directory that is not empty yet. kGone: someone else
+// removed or replaced it meanwhile. kFailed leaves s.err/s.step set.
+Entry remove_entry(int cur, const Dirent64* d, RemoveScratch& s, int& down) {
+  unsigned char type = d->d_type;
+  if (type == DT_UNKNOWN) {
+    struct stat st {};
+    if (fstatat(cur, d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return Entry::kGone;
+      fail(s, kStat, errno);
+      return Entry::kFailed;
+    }
+    type = S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
+  }
+  int e = unlink_entry(cur, d->d_name, type == DT_DIR ? AT_REMOVEDIR : 0, s);
+  if (e == 0 || e == ENOENT) return Entry::kRemoved;
+  if (type == DT_DIR && e == ENOTDIR) e = unlink_entry(cur, d->d_name, 0, s);  // replaced by a file meanwhile
+  if (type != DT_DIR && e == EISDIR) e = ENOTEMPTY;                           // replaced by a directory meanwhile
+  if (e == 0 || e == ENOENT) return Entry::kGone;
+  if (e != ENOTEMPTY && e != EEXIST) {
+    fail(s, type == DT_DIR ? kRmdir : kUnlink, e);
+    return Entry::kFailed;
+  }
+  int fd = open_subdir(cur, d->d_name, s);
+  if (fd < 0) {
+    e = errno;
+    if (e == ENOENT) return Entry::kGone;
+    if (e == ELOOP || e == ENOTDIR) {  // now a symlink or a file: unlink the name, never follow it
+      e = unlink_entry(cur, d->d_name, 0, s);
+      if (e == 0 || e == ENOENT) return Entry::kGone;
+    }
+    fail(s, kOpenDir, e);
+    return Entry::kFailed;
+  }
+  down = fd;
+  return Entry::kDescend;
+}
+
+// One pass over a directory, from where its descriptor stands.
+struct Pass {
+  int down = -1;           // the first subdirectory that was not empty, opened
+  off_t down_resume = 0;   // getdents position just after it
+  bool removed_any = false;
+};
+
+// Removes what it can in the directory open as `cur` and stops at the first
+// subdirectory that is not empty (p.down). 0, or -1 with s.err/s.step set.
+int scan_pass(int cur, RemoveScratch& s, Pass& p) {
   for (;;) {
-    if (reopen) {
-      // Not lseek(cur, 0): ext4 ignores it on a descriptor whose first read
-      // was at the end of the directory (seen: getdents then returns
-      // nothing, and a non-empty directory looks empty). "." is the same
-      // directory, so this cannot lead anywhere else.
-      int fresh = openat(cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-      int e = errno;
-      close(cur);
-      if (fresh < 0) return fail(s, kOpenDir, e);
-      cur = fresh;
-      reopen = false;
-    }
-    if (lseek(cur, resume, SEEK_SET) < 0) {
-      int e = errno;
-      close(cur);
-      return fail(s, kSeek, e);
-    }
-    const bool from_start = resume == 0;
-    int down = -1;
-    off_t down_resume = 0;
-    bool removed_any = false;
-    for (;;) {
-      long n = syscall(SYS_getdents64, cur, s.dents, kDentsBytes);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        int e = errno;
-        close(cur);
-        return fail(s, kReadDir, e);
+    long n = syscall(SYS_getdents64, cur, s.dents, kDentsBytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(s, kReadDir, errno);
+    if (n == 0) return 0;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const Dirent64*>(s.dents + off);
+      off += d->d_reclen;
+      if (is_dot(d->d_name)) continue;
+      switch (remove_entry(cur, d, s, p.down)) {
+        case Entry::kFailed: return -1;
+        case Entry::kRemoved: p.removed_any = true; break;
+        case Entry::kGone: break;
+        case Entry::kDescend: p.down_resume = d->d_off; return 0;
       }
-      if (n == 0) break;
-      for (long off = 0; off < n && down < 0;) {
-        auto* d = reinterpret_cast<Dirent64*>(s.dents + off);
-        off += d->d_reclen;
-        if (is_dot(d->d_name)) continue;
-        unsigned char type = d->d_type;
-        if (type == DT_UNKNOWN) {
-          struct stat st {};
-          if (fstatat(cur, d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno == ENOENT) continue;
-            int e = errno;
-            close(cur);
-            return fail(s, kStat, e);
-          }
-          type = S_ISDIR(st.st_mode) ? DT_DIR : DT_REG;
-        }
-        int e = unlink_entry(cur, d->d_name, type == DT_DIR ? AT_REMOVEDIR : 0, s);
-        if (e == 0 || e == ENOENT) {
-          removed_any = true;
-          continue;
-        }
-        if (type == DT_DIR && e == ENOTDIR) e = unlink_entry(cur, d->d_name, 0, s);  // replaced by a file meanwhile
-        if (type != DT_DIR && e == EISDIR) e = ENOTEMPTY;                           // replaced by a directory meanwhile
-        if (e == 0 || e == ENOENT) continue;
-        if (e != ENOTEMPTY && e != EEXIST) {
-          close(cur);
-          return fail(s, type == DT_DIR ? kRmdir : kUnlink, e);
-        }
-        int fd = open_subdir(cur, d->d_name, s);
-        if (fd < 0) {
-          e = errno;
-          if (e == ENOENT) continue;
-          if (e == ELOOP || e == ENOTDIR) {  // now a symlink or a file: unlink the name, never follow it
-            e = unlink_entry(cur, d->d_name, 0, s);
-            if (e == 0 || e == ENOENT) continue;
-          }
-          close(cur);
-          return fail(s, kOpenDir, e);
-        }
-        down = fd;
-        down_resume = d->d_off;
-      }
-      if (down >= 0) break;
     }
-    if (down >= 0) {
-      struct stat st {};
-      if (fstat(cur, &st) != 0) {
-        int e = errno;
-        close(down);
-        close(cur);
-        return fail(s, kStat, e);
-      }
-      s.ring[depth % kRingLevels] = Level{st.st_dev, st.st_ino, down_resume};
-      if (known < kRingLevels) ++known;
-      close(cur);
-      cur = down;
-      ++depth;
-      resume = 0;
+  }
+}
+
+// Where remove_contents stands: `cur` is open at `depth` levels below the
+// top, and the ring holds the last `known` levels above it.
+struct Walk {
+  int cur = -1;
+  size_t depth = 0;
+  size_t known = 0;     // ring entries valid for levels depth-known .. depth-1
+  off_t resume = 0;     // where the next pass over `cur` starts
+  bool reopen = false;  // the next pass from the start reads through a fresh descriptor
+};
+
+// Positions w.cur for the next pass. 0, or -1 with s.err/s.step set.
+int position(Walk& w, RemoveScratch& s) {
+  if (w.reopen) {
+    // Not lseek(cur, 0): ext4 ignores it on a descriptor whose first read
+    // was at the end of the directory (seen: getdents then returns
+    // nothing, and a non-empty directory looks empty). "." is the same
+    // directory, so this cannot lead anywhere else.
+    int fresh = openat(w.cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+    int e = errno;
+    close(w.cur);
+    w.cur = fresh;
+    w.reopen = false;
+    if (fresh < 0) return fail(s, kOpenDir, e);
+  }
+  if (lseek(w.cur, w.resume, SEEK_SET) < 0) return fail(s, kSeek, errno);
+  return 0;
+}
+
+// Into the subdirectory p.down, its parent remembered in the ring.
+int descend(Walk& w, const Pass& p, RemoveScratch& s) {
+  struct stat st {};
+  if (fstat(w.cur, &st) != 0) {
+    int e = errno;
+    close(p.down);
+    return fail(s, kStat, e);
+  }
+  s.ring[w.depth % kRingLevels] = Level{st.st_dev, st.st_ino, p.down_resume};
+  if (w.known < kRingLevels) ++w.known;
+  close(w.cur);
+  w.cur = p.down;
+  ++w.depth;
+  w.resume = 0;
+  return 0;
+}
+
+// Back to the parent of the emptied w.cur, checked against the ring; from
+// the top again when the directory moved away from where we came from or is
+// deeper than the ring (whatever was moved out of the tree is no longer ours).
+int ascend(Walk& w, int top, RemoveScratch& s) {
+  int up = openat(w.cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+  close(w.cur);
+  w.cur = -1;
+  struct stat st {};
+  const Level* parent = w.known > 0 ? &s.ring[(w.depth - 1) % kRingLevels] : nullptr;
+  if (up >= 0 && parent != nullptr && fstat(up, &st) == 0 && st.st_dev == parent->dev && st.st_ino == parent->ino) {
+    w.cur = up;
+    w.resume = parent->resume;
+    --w.depth;
+    --w.known;
+    return 0;
+  }
+  if (up >= 0) close(up);
+  w.cur = fcntl(top, F_DUPFD_CLOEXEC, 0);
+  if (w.cur < 0) return fail(s, kDup, errno);
+  w.depth = 0;
+  w.known = 0;
+  w.resume = 0;
+  return 0;
+}
+
+// Removes everything below the directory open as `top` (not `top` itself),
+// depth first with one descriptor open at a time. Returns 0, or -1 with
+// s.err/s.step set.
+int remove_contents(int top, RemoveScratch& s) {
+  Walk w;
+  w.cur = fcntl(top, F_DUPFD_CLOEXEC, 0);
+  if (w.cur < 0) return fail(s, kDup, errno);
+  for (;;) {
+    if (position(w, s) != 0) break;
+    const bool from_start = w.resume == 0;
+    Pass p;
+    if (scan_pass(w.cur, s, p) != 0) break;
+    if (p.down >= 0) {
+      if (descend(w, p, s) != 0) break;
       continue;
     }
     // End of the directory. Started mid-way (back from a subdirectory), or
     // removed something: look again from the start, it may not be empty yet.
-    if (!from_start || removed_any) {
-      reopen = !from_start;
-      resume = 0;
+    if (!from_start || p.removed_any) {
+      w.reopen = !from_start;
+      w.resume = 0;
       continue;
     }
-    if (depth == 0) {
-      close(cur);
+    if (w.depth == 0) {
+      close(w.cur);
       return 0;
     }
-    int up = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
-    close(cur);
-    struct stat st {};
-    const Level* parent = known > 0 ? &s.ring[(depth - 1) % kRingLevels] : nullptr;
-    if (up >= 0 && parent != nullptr && fstat(up, &st) == 0 && st.st_dev == parent->dev && st.st_ino == parent->ino) {
-      cur = up;
-      resume = parent->resume;
-      --depth;
-      --known;
-      continue;
-    }
-    // Moved away from where we came from, or deeper than the ring: restart
-    // from the top (whatever was moved out of the tree is no longer ours).
-    if (up >= 0) close(up);
-    cur = fcntl(top, F_DUPFD_CLOEXEC, 0);
-    if (cur < 0) return fail(s, kDup, errno);
-    depth = 0;
-    known = 0;
-    resume = 0;
+    if (ascend(w, top, s) != 0) return -1;
   }
+  if (w.cur >= 0) close(w.cur);
+  return -1;
 }
 
 struct Scratch {

@@ -2,11 +2,13 @@
 """Fails when a function body in the product code is longer than the limit.
 
 Usage: function_size.py [--max N] [--list] FILE_OR_DIR...   (a folder: its *.cpp and *.hpp, recursively)
+       function_size.py --self-test   (the reader on a sample: every function found, with its length)
 
 A small C++ reader, not a compiler: comments and string/char literals
 (raw strings included) are blanked first, then every `{` whose preceding
 text ends like a function head (`) [const|noexcept|override|final|-> T]`)
-opens a function when it is not already inside one; lambdas and local
+and whose parenthesis does not follow if/for/while/switch/catch opens a
+function when it is not already inside one; lambdas and local
 blocks count toward the function that holds them. The length is the number
 of lines from the opening to the closing brace, both included. `--list`
 prints every function with its length (to see the reader at work).
@@ -16,7 +18,22 @@ import re
 import sys
 
 HEAD = re.compile(r"\)\s*(?:(?:const|noexcept|override|final|mutable)\s*|->\s*[\w:<>,\s*&]+)*$")
-CONTROL = re.compile(r"\b(?:if|for|while|switch|catch)\s*\(.*\)\s*$")
+CONTROL = {"if", "for", "while", "switch", "catch"}
+
+
+def opener(head):
+    """The word before the `(` that matches the head's last `)`: a function's
+    name, a control keyword, `]` for a lambda; None when it is cut off."""
+    depth = 0
+    for i in range(head.rfind(")"), -1, -1):
+        if head[i] == ")":
+            depth += 1
+        elif head[i] == "(":
+            depth -= 1
+            if depth == 0:
+                m = re.search(r"([~\w:]+|\])\s*$", head[:i])
+                return m.group(1) if m else ""
+    return None
 
 
 def blank(src):
@@ -58,8 +75,11 @@ def functions(path):
     stack = []
     for m in re.finditer(r"[{}]", text):
         if m.group() == "{":
-            head = re.sub(r"\s+", " ", text[max(0, m.start() - 400):m.start()]).rstrip()
-            is_fn = bool(HEAD.search(head)) and not CONTROL.search(head[-200:])
+            head = re.sub(r"\s+", " ", text[max(0, m.start() - 2000):m.start()]).rstrip()
+            # A control statement is told by the word before its own
+            # parenthesis, never by an `if (` earlier in the head (which hid
+            # every function that followed an if or a for).
+            is_fn = bool(HEAD.search(head)) and opener(head) not in CONTROL
             stack.append((m.start(), is_fn, head))
         elif stack:
             start, is_fn, head = stack.pop()
@@ -70,7 +90,51 @@ def functions(path):
                 yield last - first + 1, first, name.group(1) if name else head[-60:]
 
 
+# --self-test: what the reader must see in code shaped like the product's.
+SAMPLE = """
+int after_if(int a) {
+  if (a > 0) { return 1; }
+  return 0;
+}
+int follows_control(int n) {
+  for (int i = 0; i < n; ++i) {
+    if (f(g(i))) { continue; }
+  }
+  while (n--) {}
+  auto l = [&](int x) { return x; };
+  return l(n);
+}
+std::string Runner::run(const Command& c) const {
+  switch (c.kind) { default: break; }
+  return "{";
+}
+auto trailing(int x) -> std::pair<int, int> {
+  return {x, x};
+}
+Foo::Foo(int a) : a_(a) {
+}
+"""
+SAMPLE_WANT = [("after_if", 4), ("follows_control", 8), ("Runner::run", 4), ("trailing", 3), ("a_", 2)]
+
+
+def self_test():
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as f:
+        f.write(SAMPLE)
+    try:
+        got = [(name, length) for length, _, name in functions(f.name)]
+    finally:
+        os.unlink(f.name)
+    if got != SAMPLE_WANT:
+        print(f"function_size --self-test: the reader saw {got}, not {SAMPLE_WANT}", file=sys.stderr)
+        return 1
+    print(f"function_size --self-test: {len(got)} functions, as expected")
+    return 0
+
+
 def main(argv):
+    if argv == ["--self-test"]:
+        return self_test()
     limit, listing, files = 80, False, []
     it = iter(argv)
     for a in it:
