@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <chrono>
 #include <exception>
 #include <optional>
 
@@ -83,8 +84,15 @@ bool epilog_for(const PluginConfig& cfg, const JobContext& job, const Getenv& en
   // Before the epilog removes the daemons' log dirs: a failed job's MPS
   // logs end up in the front end's log.
   for (const auto& line : epilog_log_report(cfg, job, job_end_from_env(env))) log.info(line);
+  const auto t0 = std::chrono::steady_clock::now();
   EpilogOutcome out = run_job_epilog(sys.services, cfg, job);
   report_stopped(out, job, log);
+  // How long the node's epilog took for MPS: what an admin compares with
+  // EpilogTimeout and UnkillableStepTimeout when a node drains.
+  if (!out.stopped.empty()) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    log.info(fmt::format("job {} epilog: {} daemon(s) stopped in {} ms", job.job_id, out.stopped.size(), ms));
+  }
   forget_reason(cfg, job, &log);
   return out.ok();
 }

@@ -33,6 +33,8 @@
 #                      running them with PLUGIN_ARGS as their --config file.
 #                      Needed with PrologFlags=RunInJob, where Slurm calls no
 #                      SPANK job_prolog/job_epilog (docs/DESIGN.md "Slurm series")
+#   CLUSTER_CGROUP_EXTRA  cgroup and cgroup2 modes: extra cgroup.conf lines
+#                      appended verbatim (e.g. CgroupJobIdPaths=yes, 26.05.2+)
 #   CLUSTER_EXTRA_CONF extra slurm.conf lines appended verbatim; a
 #                      SlurmctldParameters= line there is merged with the one
 #                      CLUSTER_CONFIGLESS writes
@@ -512,6 +514,9 @@ ConstrainDevices=yes
 ConstrainCores=no
 ConstrainRAMSpace=no
 EOF
+    fi
+    if [[ ${CLUSTER_MODE:-plain} == cgroup* && -n ${CLUSTER_CGROUP_EXTRA:-} ]]; then
+        printf '%s\n' "$CLUSTER_CGROUP_EXTRA" >>"$CLUSTER_DIR/etc/cgroup.conf"
     fi
 }
 

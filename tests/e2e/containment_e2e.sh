@@ -13,6 +13,10 @@
 #            open to them, nothing left after the job. Not in the default
 #            parts: it needs cgroup2 at /sys/fs/cgroup and, on a hybrid
 #            machine, the test-only shim of tests/e2e/cgroup2 (README there)
+#   cgroup2-job-id-paths  the same with cgroup.conf CgroupJobIdPaths=yes
+#            (Slurm 26.05.2+): the job's cgroup is job_<id> again, not the
+#            SLUID; the prolog finds it, doctor --node says which, nothing is
+#            left after a normal end, the node stays idle
 #   cgroup-runinjob  cgroup v1 with PrologFlags=RunInJob (Slurm 24.05+) and
 #            the Prolog=/Epilog= helpers: daemon and server in step_extern,
 #            nothing left after the job. Not in the default parts (22.05
@@ -25,13 +29,13 @@
 #            dir is world-writable, or naming directories that are not theirs
 # Every case prints `CASE <id> PASS|FAIL <observed>` and the suite ends with
 # `N passed, M failed`; it fails when fewer than MIN_CASES cases ran.
-# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers|cgroup-runinjob|cgroup2 ...]
+# Usage: tests/e2e/containment_e2e.sh BUILD_DIR [cgroup|plain|helpers|cgroup-runinjob|cgroup2|cgroup2-job-id-paths ...]
 # Env: CLUSTER_PORT_BASE (default 18700), KEEP_CLUSTER_LOGS=1.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 . "$here/cluster.sh"
-build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers|cgroup-runinjob|cgroup2 ...]}" && pwd)
+build=$(cd "${1:?usage: $0 BUILD_DIR [cgroup|plain|helpers|cgroup-runinjob|cgroup2|cgroup2-job-id-paths ...]}" && pwd)
 shift
 parts=("$@")
 ((${#parts[@]})) || parts=(helpers plain cgroup)
@@ -353,27 +357,78 @@ cgroup_runinjob_part() {
 # The v2 line of /proc/PID/cgroup ("0::PATH" -> PATH).
 cgroup2_of() { sed -n 's/^0:://p' "/proc/$1/cgroup" 2>/dev/null; }
 
-cgroup2_part() {
-  local shim d s spid probe want=() i
+# v2_job_cgroup HOLD: submits a job whose client holds the server HOLD
+# seconds, then checks where Slurm put the job (JOBDIR, read from the batch
+# step's own /proc/self/cgroup) and that the daemon (DCG) and its server
+# (SCG, pid SPID) sit in that job's extern step. The directory's name is the
+# job's SLUID on Slurm 26.05 (SLURM_JOB_SLUID in the job), job_<id> before
+# 26.05 or with cgroup.conf CgroupJobIdPaths=yes (CLUSTER_CGROUP_EXTRA).
+v2_job_cgroup() {
+  local sluid want
+  submit 'echo "sluid=${SLURM_JOB_SLUID:-}"; cat /proc/self/cgroup; '"$(client_cmd "$1")"
+  record_or_end_part || return 1
+  wait_for 20 grep -q '^0::' "$OUT/contain-$JOB.out"
+  JOBDIR=$(sed -n 's#^0::\(.*\)/step_batch/.*#\1#p' "$OUT/contain-$JOB.out" | head -n1)
+  sluid=$(sed -n 's/^sluid=//p' "$OUT/contain-$JOB.out" | head -n1)
+  check "the batch step's cgroup names the job's directory" test -n "$JOBDIR"
+  want=job_$JOB
+  [[ -n $sluid && ${CLUSTER_CGROUP_EXTRA:-} != *CgroupJobIdPaths=yes* ]] && want=$sluid
+  expect_eq "the job's cgroup is named $want (SLUID '${sluid}', CgroupJobIdPaths: ${CLUSTER_CGROUP_EXTRA:-unset})" "$want" "${JOBDIR##*/}"
+  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
+  SPID=$(children_of "$DPID" | head -n1)
+  DCG=$(cgroup2_of "$DPID") SCG=$(cgroup2_of "$SPID")
+  expect_contains "daemon's cgroup is the job's extern step" "$DCG" "${JOBDIR:-?}/step_extern/"
+  expect_contains "server's cgroup is the job's extern step" "$SCG" "${JOBDIR:-?}/step_extern/"
+}
+
+# v2_end_times SECONDS: after JOB ended SECONDS after the test's last act
+# (scancel, or the wait for a normal end): the epilog reported its own time,
+# and Slurm did not sit out UnkillableStepTimeout (60 s by default; with
+# 25.05+'s teardown a daemon outside step_extern/user would make it wait,
+# then drain the node). Sets V2_TIMES for the case's summary.
+v2_end_times() {
+  local ep
+  ep=$(grep -o "job $JOB epilog: [0-9]* daemon(s) stopped in [0-9]* ms" "$(slurmd_log)" | head -n1)
+  expect_contains "the epilog reports how long it took" "$ep" "daemon(s) stopped in"
+  check "job $JOB was gone $1 s later, well inside UnkillableStepTimeout (60 s)" test "$1" -lt 50
+  V2_TIMES="gone in $1 s; ${ep#job $JOB }"
+}
+
+# Slurm 26.05.2+: CgroupJobIdPaths=yes names the job's cgroup job_<id> while
+# the job still has a SLUID; the prolog finds it all the same.
+cgroup2_job_id_paths_part() {
+  local shim out
   shim=$(bash "$here/cgroup2/build.sh" "$STAGE") || { fail "cgroup2: the /proc cgroup shim builds"; return; }
   fake_conf
-  CLUSTER_CGROUP2_SHIM=$shim bring_up cgroup2 || { fail "cgroup2: cluster up"; cluster_down; return; }
+  export CLUSTER_CGROUP_EXTRA=CgroupJobIdPaths=yes
+  CLUSTER_DEBUG=${CLUSTER_DEBUG:-debug2} CLUSTER_CGROUP2_SHIM=$shim bring_up cgroup2 ||
+    { fail "cgroup2 with CgroupJobIdPaths=yes: cluster up (Slurm 26.05.2+ only)"; unset CLUSTER_CGROUP_EXTRA; cluster_down; return; }
+  case_begin contain.v2-job-id-paths "cgroup v2, CgroupJobIdPaths=yes: the job's cgroup is job_<id>; daemon and server in its extern step; nothing left after a normal end"
+  if v2_job_cgroup 8; then
+    out=$("$BIN/unilab-mps" doctor --node 2>&1)
+    expect_contains "doctor --node says how Slurm names job cgroups" "$(grep cgroup-job-dir <<<"$out")" "CgroupJobIdPaths=yes: job cgroups are named job_<id>"
+    local t0=$SECONDS
+    wait_job_gone "$JOB" 60 || fail "job $JOB ends"
+    expect_tree_gone "$SPID"
+    expect_eq "node n1 is idle (not drained)" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
+    v2_end_times $((SECONDS - t0))
+    case_end "job ${JOBDIR##*/}; daemon $DCG; $(grep -o "job $JOB: daemon [^ ]* (pid [0-9]*): [a-z]*" "$(slurmd_log)" | sed 's/pid [0-9]*/pid N/' | head -n1); $V2_TIMES"
+  fi
+  unset CLUSTER_CGROUP_EXTRA
+  KEEP_CLUSTER_LOGS=${KEEP_CLUSTER_LOGS:-0} cluster_down
+}
+
+cgroup2_part() {
+  local shim probe want=() i
+  shim=$(bash "$here/cgroup2/build.sh" "$STAGE") || { fail "cgroup2: the /proc cgroup shim builds"; return; }
+  fake_conf
+  # debug2: slurmd logs the output of a Prolog=/Epilog= that succeeded too
+  # (the epilog's time, v2_end_times).
+  CLUSTER_DEBUG=${CLUSTER_DEBUG:-debug2} CLUSTER_CGROUP2_SHIM=$shim bring_up cgroup2 || { fail "cgroup2: cluster up"; cluster_down; return; }
 
   case_begin contain.v2-cgroup "cgroup v2, RunInJob: daemon and MPS server sit in the job's extern step"
-  # The job's cgroup as Slurm named it (job_<id>, or on 26.05 its SLUID):
-  # read from the batch step's own /proc/self/cgroup.
-  submit "cat /proc/self/cgroup; $(client_cmd 30)"
-  record_or_end_part || return
-  local jobdir
-  wait_for 20 grep -q '^0::' "$OUT/contain-$JOB.out"
-  jobdir=$(sed -n 's#^0::\(.*\)/step_batch/.*#\1#p' "$OUT/contain-$JOB.out" | head -n1)
-  check "the batch step's cgroup names the job's directory" test -n "$jobdir"
-  wait_for 20 has_child "$DPID" || fail "a client made the daemon fork its server"
-  spid=$(children_of "$DPID" | head -n1)
-  d=$(cgroup2_of "$DPID") s=$(cgroup2_of "$spid")
-  expect_contains "daemon's cgroup is the job's extern step" "$d" "${jobdir:-?}/step_extern/"
-  expect_contains "server's cgroup is the job's extern step" "$s" "${jobdir:-?}/step_extern/"
-  case_end "job ${jobdir##*/}; daemon $d; server $s"
+  v2_job_cgroup 30 || return
+  case_end "job ${JOBDIR##*/}; daemon $DCG; server $SCG"
 
   case_begin contain.v2-devices "cgroup v2: a process the daemon forks opens only the job's GPU device file"
   probe=$(printf '_open_devices %s\n' "${GPU_DEVS[*]}" | as_user unimps1 env CUDA_MPS_PIPE_DIRECTORY="$PIPE" "$FAKES/nvidia-cuda-mps-control" 2>&1)
@@ -384,10 +439,13 @@ cgroup2_part() {
   case_end "$(printf '%s' "$probe" | sed "s#$CLUSTER_DIR/dev/##g")"
 
   case_begin contain.v2-reaped "cgroup v2, scancel: no process of the daemon's tree, dir or record is left"
+  local t0=$SECONDS
   as_user unimps1 scancel "$JOB"
   wait_job_gone "$JOB" 60 || fail "job $JOB ends"
-  expect_tree_gone "$spid"
-  case_end "daemon and server gone after scancel$(user_epilog_note)"
+  expect_tree_gone "$SPID"
+  expect_eq "node n1 is idle (not drained)" idle "$(sinfo -h -n n1 -N -o %T | sort -u)"
+  v2_end_times $((SECONDS - t0))
+  case_end "daemon and server gone after scancel; $V2_TIMES$(user_epilog_note)"
 
   case_begin contain.v2-doctor "cgroup v2, RunInJob: doctor --node passes with the Prolog=/Epilog= helpers and fails without Epilog="
   local out rc
@@ -555,7 +613,8 @@ for part in "${parts[@]}"; do
     plain) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 18)); plain_part ;;
     cgroup) MIN_CASES=$((MIN_CASES + 7)) MIN_CHECKS=$((MIN_CHECKS + 26)); cgroup_part ;;
     cgroup-runinjob) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 22)); cgroup_runinjob_part ;;
-    cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 10)); cgroup2_part ;;
+    cgroup2) MIN_CASES=$((MIN_CASES + 4)) MIN_CHECKS=$((MIN_CHECKS + 14)); cgroup2_part ;;
+    cgroup2-job-id-paths) MIN_CASES=$((MIN_CASES + 1)) MIN_CHECKS=$((MIN_CHECKS + 11)); cgroup2_job_id_paths_part ;;
     *) fail "unknown part $part" ;;
   esac
 done
