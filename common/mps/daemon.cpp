@@ -586,8 +586,15 @@ std::vector<std::string> remove_owned_directories(const DaemonRecord& record) {
       if (geteuid() == 0) {
         // What a user mounted in the daemon's directory (FUSE on pipe/):
         // detached first, never looked into; what cannot be is not removed.
+        const auto mounts = read_mountinfo();
+        if (!mounts) {
+          errors.push_back(fmt::format("not removing {}: /proc/self/mountinfo cannot be read, so a mount there cannot be "
+                                       "ruled out; remove it by hand once the node's /proc is readable",
+                                       dir));
+          continue;
+        }
         bool blocked = false;
-        for (auto& line : detach_mounts_below(p.get(), leaf, dir, read_mountinfo())) {
+        for (auto& line : detach_mounts_below(p.get(), leaf, dir, *mounts)) {
           if (line.rfind("detached ", 0) == 0) continue;
           errors.push_back(std::move(line));
           blocked = true;

@@ -22,10 +22,6 @@ bool parse_int(std::string_view s, int& out) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-bool has_prefix_ci(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && lower(s.substr(0, prefix.size())) == prefix;
-}
-
 // The hex body (no prefix, no dashes, lowercase) and whether it is a MIG.
 // Empty body when the text contains anything but hex and dashes.
 std::pair<std::string, bool> uuid_body(std::string_view value) {
@@ -130,13 +126,9 @@ GpuIdentity parse_gpu_row(const std::vector<std::string_view>& fields, const Bad
 
 std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv) {
   std::vector<GpuIdentity> gpus;
-  size_t pos = 0;
   int line_no = 0;
-  while (pos < csv.size()) {
-    size_t end = csv.find('\n', pos);
-    if (end == std::string_view::npos) end = csv.size();
-    std::string_view line = trim(csv.substr(pos, end - pos));
-    pos = end + 1;
+  for (std::string_view raw : split_lines(csv)) {
+    std::string_view line = trim(raw);
     ++line_no;
     if (line.empty()) continue;
     auto bad = [&](std::string_view why) {
@@ -160,12 +152,7 @@ namespace {
 // 0000:17:00.0"), which it may print among the rows when it exits 14.
 std::string without_warning_lines(std::string_view out, std::string& first_warning) {
   std::string kept;
-  size_t pos = 0;
-  while (pos < out.size()) {
-    size_t end = out.find('\n', pos);
-    if (end == std::string_view::npos) end = out.size();
-    std::string_view line = out.substr(pos, end - pos);
-    pos = end + 1;
+  for (std::string_view line : split_lines(out)) {
     if (has_prefix_ci(trim(line), "warning")) {
       if (first_warning.empty()) first_warning = std::string(trim(line));
       continue;

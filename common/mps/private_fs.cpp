@@ -11,13 +11,13 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
+#include "common/mps/proc.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/mps/text.hpp"
 
 namespace unilab::mps {
 
@@ -93,18 +93,6 @@ std::string unescape_mount_field(std::string_view f) {
   return out;
 }
 
-// The non-empty pieces of `text` between `sep`s (mountinfo's lines, its
-// space-separated fields, a comma-separated option list, path components).
-std::vector<std::string_view> pieces(std::string_view text, char sep) {
-  std::vector<std::string_view> out;
-  while (!text.empty()) {
-    const size_t at = text.find(sep);
-    if (at != 0) out.push_back(text.substr(0, at));
-    text.remove_prefix(at == std::string_view::npos ? text.size() : at + 1);
-  }
-  return out;
-}
-
 bool at_or_below(const std::string& point, const std::string& path) {
   if (path == "/") return true;
   return point == path || (point.size() > path.size() && point.compare(0, path.size(), path) == 0 && point[path.size()] == '/');
@@ -117,24 +105,27 @@ std::string describe(const MountEntry& m) {
 
 // The mount id /proc/self/fdinfo gives for `fd` (-1 when unknown).
 int mount_id_of(int fd) {
-  std::ifstream in(fmt::format("/proc/self/fdinfo/{}", fd));
+  const auto text = read_proc_file(fmt::format("/proc/self/fdinfo/{}", fd), 64 << 10);
   int id = -1;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("mnt_id:", 0) != 0) continue;
-    std::string_view v = std::string_view(line).substr(7);
-    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  for (std::string_view line : split_lines(text.value_or(""))) {
+    if (!line.starts_with("mnt_id:")) continue;
+    std::string_view v = trim(line.substr(7));
     std::from_chars(v.data(), v.data() + v.size(), id);
   }
   return id;
 }
 
+// mountinfo larger than this is refused, never read in part: a cut-off list
+// could leave out the very mount that is looked for (about 200,000 mounts).
+constexpr size_t kMaxMountinfo = 32u << 20;
+
 }  // namespace
 
 std::vector<MountEntry> parse_mountinfo(std::string_view text) {
   std::vector<MountEntry> out;
-  for (std::string_view line : pieces(text, '\n')) {
+  for (std::string_view line : split_nonempty(text, '\n')) {
     // id parent major:minor root point options [optional...] - fstype source superoptions
-    const std::vector<std::string_view> f = pieces(line, ' ');
+    const std::vector<std::string_view> f = split_nonempty(line, ' ');
     auto dash = std::find(f.begin(), f.end(), std::string_view("-"));
     if (f.size() < 6 || dash == f.end() || dash - f.begin() < 6 || f.end() - dash < 2) continue;
     MountEntry m;
@@ -144,7 +135,7 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text) {
     m.fstype = unescape_mount_field(*(dash + 1));
     if (m.point.empty() || m.point[0] != '/') continue;
     if ((m.fstype == "fuse" || m.fstype.rfind("fuse.", 0) == 0 || m.fstype == "fuseblk") && dash + 3 < f.end()) {
-      for (std::string_view o : pieces(*(dash + 3), ',')) {
+      for (std::string_view o : split_nonempty(*(dash + 3), ',')) {
         if (o.rfind("user_id=", 0) != 0) continue;
         uid_t uid = 0;
         auto [q, e] = std::from_chars(o.data() + 8, o.data() + o.size(), uid);
@@ -156,11 +147,10 @@ std::vector<MountEntry> parse_mountinfo(std::string_view text) {
   return out;
 }
 
-std::vector<MountEntry> read_mountinfo() {
-  std::ifstream in("/proc/self/mountinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_mountinfo(text.str());
+std::optional<std::vector<MountEntry>> read_mountinfo() {
+  const auto text = read_proc_file("/proc/self/mountinfo", kMaxMountinfo);
+  if (!text || text->size() > kMaxMountinfo) return std::nullopt;
+  return parse_mountinfo(*text);
 }
 
 std::optional<std::string> mount_at_or_below(const std::vector<MountEntry>& mounts, const std::string& path) {
@@ -173,7 +163,12 @@ std::optional<std::string> mount_at_or_below(const std::vector<MountEntry>& moun
   return std::nullopt;
 }
 
-std::optional<std::string> mount_at_or_below(const std::string& path) { return mount_at_or_below(read_mountinfo(), path); }
+std::optional<std::string> mount_at_or_below(const std::string& path) {
+  const auto mounts = read_mountinfo();
+  // Fail closed: without the list, any mount may be there.
+  if (!mounts) return std::string("a mount that cannot be ruled out (/proc/self/mountinfo cannot be read)");
+  return mount_at_or_below(*mounts, path);
+}
 
 std::vector<std::string> detach_mounts_below(int parent_fd, const std::string& name, const std::string& path,
                                              const std::vector<MountEntry>& mounts) {
@@ -192,7 +187,7 @@ std::vector<std::string> detach_mounts_below(int parent_fd, const std::string& n
   std::vector<std::string> lines;
   for (const auto* m : top) {
     // The components from `path` down to the mount point.
-    const auto parts = pieces(std::string_view(m->point).substr(path.size()), '/');
+    const auto parts = split_nonempty(std::string_view(m->point).substr(path.size()), '/');
     Fd dir(fcntl(parent_fd, F_DUPFD_CLOEXEC, 0));
     std::string leaf = name;
     bool ok = static_cast<bool>(dir);

@@ -42,8 +42,9 @@ struct MountEntry {
 };
 // Lines that do not parse are skipped.
 std::vector<MountEntry> parse_mountinfo(std::string_view text);
-// This process's mounts now (empty when /proc cannot tell).
-std::vector<MountEntry> read_mountinfo();
+// This process's mounts now; nullopt when /proc/self/mountinfo cannot be
+// read whole (the callers then refuse, as if a mount were there).
+std::optional<std::vector<MountEntry>> read_mountinfo();
 
 // A file system mounted at `path` or below it ("fuse.sshfs on /run/x/pipe"),
 // or a FUSE mount of a user other than root on a directory above it (on the

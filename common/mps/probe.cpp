@@ -17,10 +17,8 @@
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
 #include "common/mps/safefs.hpp"
-#include "common/mps/errors.hpp"
-#include "common/mps/gpu.hpp"
+#include "common/mps/text.hpp"
 #include "common/mps/mps_pid_file.hpp"
-#include "common/mps/safefs.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -33,14 +31,6 @@ std::string printable(std::string_view s) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }
   return out;
-}
-
-bool has_prefix_ci(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
-  }
-  return true;
 }
 
 bool is_number(std::string_view s) {

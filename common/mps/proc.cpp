@@ -15,9 +15,8 @@
 #include <sstream>
 
 namespace unilab::mps {
-namespace {
 
-std::optional<std::string> slurp(const std::string& path, size_t max = 1 << 20) {
+std::optional<std::string> read_proc_file(const std::string& path, size_t max) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return std::nullopt;
   std::string data;
@@ -32,6 +31,8 @@ std::optional<std::string> slurp(const std::string& path, size_t max = 1 << 20) 
   close(fd);
   return data;
 }
+
+namespace {
 
 template <typename T>
 bool parse_num(std::string_view s, T& out) {
@@ -103,11 +104,11 @@ std::optional<uid_t> parse_proc_status_uid(std::string_view text) {
 std::optional<ProcStat> SystemProcReader::stat(pid_t pid) {
   if (pid <= 0) return std::nullopt;
   const std::string dir = root_ + "/" + std::to_string(pid);
-  auto text = slurp(dir + "/stat");
+  auto text = read_proc_file(dir + "/stat");
   if (!text) return std::nullopt;
   auto st = parse_proc_stat(*text);
   if (!st) return std::nullopt;
-  auto status = slurp(dir + "/status");
+  auto status = read_proc_file(dir + "/status");
   if (!status) return std::nullopt;
   auto uid = parse_proc_status_uid(*status);
   if (!uid) return std::nullopt;
@@ -116,7 +117,7 @@ std::optional<ProcStat> SystemProcReader::stat(pid_t pid) {
 }
 
 std::string SystemProcReader::boot_id() {
-  auto text = slurp(root_ + "/sys/kernel/random/boot_id");
+  auto text = read_proc_file(root_ + "/sys/kernel/random/boot_id");
   if (!text) return {};
   while (!text->empty() && (text->back() == '\n' || text->back() == ' ')) text->pop_back();
   return *text;
@@ -124,7 +125,7 @@ std::string SystemProcReader::boot_id() {
 
 std::optional<std::string> SystemProcReader::environ_value(pid_t pid, std::string_view key) {
   if (pid <= 0) return std::nullopt;
-  auto text = slurp(root_ + "/" + std::to_string(pid) + "/environ");
+  auto text = read_proc_file(root_ + "/" + std::to_string(pid) + "/environ");
   if (!text) return std::nullopt;
   size_t pos = 0;
   while (pos < text->size()) {
@@ -159,7 +160,7 @@ std::vector<pid_t> SystemProcReader::children(pid_t pid) {
   if (d == nullptr) return out;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
-    auto text = slurp(task_dir + "/" + e->d_name + "/children");
+    auto text = read_proc_file(task_dir + "/" + e->d_name + "/children");
     if (!text) continue;
     std::string_view t = *text;
     size_t pos = 0;
@@ -177,7 +178,7 @@ std::vector<pid_t> SystemProcReader::children(pid_t pid) {
 
 std::optional<std::string> SystemProcReader::comm(pid_t pid) {
   if (pid <= 0) return std::nullopt;
-  auto text = slurp(root_ + "/" + std::to_string(pid) + "/comm", 64);
+  auto text = read_proc_file(root_ + "/" + std::to_string(pid) + "/comm", 64);
   if (!text) return std::nullopt;
   while (!text->empty() && text->back() == '\n') text->pop_back();
   return text;
@@ -185,7 +186,7 @@ std::optional<std::string> SystemProcReader::comm(pid_t pid) {
 
 std::optional<std::string> SystemProcReader::cgroup(pid_t pid) {
   if (pid <= 0) return std::nullopt;
-  return slurp(root_ + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
+  return read_proc_file(root_ + "/" + std::to_string(pid) + "/cgroup", 64 << 10);
 }
 
 std::optional<FileId> SystemProcReader::exe(pid_t pid) {
@@ -224,16 +225,6 @@ std::vector<ProcessIdentity> descendants_of(const ProcessIdentity& root, ProcRea
     }
   }
   return out;
-}
-
-std::string_view to_string(Liveness l) {
-  switch (l) {
-    case Liveness::kLive: return "live";
-    case Liveness::kGone: return "gone";
-    case Liveness::kReused: return "pid-reused";
-    case Liveness::kOtherBoot: return "other-boot";
-  }
-  return "unknown";
 }
 
 bool process_state_gone(char state) { return state == 'Z' || state == 'X' || state == 'x'; }

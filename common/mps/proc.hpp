@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mps/string_table.hpp"
+
 namespace unilab::mps {
 
 // A file's identity (device and inode), as stat(2) gives it.
@@ -39,6 +41,12 @@ bool process_state_gone(char state);
 // ')' characters, so fields are counted after the LAST ')'. nullopt when the
 // text is malformed.
 std::optional<ProcStat> parse_proc_stat(std::string_view text);
+
+// The contents of a /proc (or /sys) file, opened with O_NOFOLLOW and read
+// until EOF or until more than `max` bytes are in (the rest is cut off, so
+// a result longer than `max` says it was); nullopt when it cannot be
+// opened or read. The one reader of /proc files in the core.
+std::optional<std::string> read_proc_file(const std::string& path, size_t max = 1 << 20);
 
 // The real uid from the content of /proc/PID/status ("Uid:\treal\teff...").
 std::optional<uid_t> parse_proc_status_uid(std::string_view text);
@@ -116,7 +124,8 @@ enum class Liveness {
   kReused,      // the PID now names another process (other start time or uid)
   kOtherBoot,   // the record is from an earlier boot
 };
-std::string_view to_string(Liveness l);
+inline constexpr StringTable<Liveness, 4> kLivenessNames{{"live", "gone", "pid-reused", "other-boot"}};
+inline std::string_view to_string(Liveness l) { return kLivenessNames.name(l); }
 
 Liveness check_identity(const ProcessIdentity& id, ProcReader& proc);
 

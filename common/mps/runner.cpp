@@ -26,6 +26,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/mps/text.hpp"
+
 namespace unilab::mps {
 namespace {
 
@@ -429,14 +431,9 @@ std::string CommandResult::describe() const {
 
 std::string CommandResult::first_output_line() const {
   for (const std::string* s : {&err, &out}) {
-    size_t pos = 0;
-    while (pos < s->size()) {
-      size_t end = s->find('\n', pos);
-      if (end == std::string::npos) end = s->size();
-      std::string line = s->substr(pos, end - pos);
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty()) return line;
-      pos = end + 1;
+    for (std::string_view line : split_lines(*s)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+      if (!line.empty()) return std::string(line);
     }
   }
   return {};

@@ -24,6 +24,7 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/runner.hpp"
+#include "common/mps/text.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -315,14 +316,9 @@ std::vector<std::string> read_user_file_tail(int dir_fd, const std::string& name
   }
   text.resize(got);
   std::vector<std::string_view> all;
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    size_t end = rest.find('\n');
-    std::string_view line = rest.substr(0, end);
+  for (std::string_view line : split_lines(text)) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (!line.empty()) all.push_back(line);
-    if (end == std::string_view::npos) break;
-    rest.remove_prefix(end + 1);
   }
   if (start > 0 && !all.empty() && text.find('\n') != std::string::npos) all.erase(all.begin());  // a partial first line
   size_t first = all.size() > max_lines ? all.size() - max_lines : 0;

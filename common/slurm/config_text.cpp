@@ -13,18 +13,6 @@ namespace {
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
 bool key_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; }
 
-std::vector<std::string_view> physical_lines(std::string_view text) {
-  std::vector<std::string_view> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    out.push_back(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
-  return out;
-}
-
 // parse_config.c's _strip_comments: `#` after an even run of `\` (or none).
 std::string_view strip_slurm_comment(std::string_view line) {
   size_t run = 0;
@@ -131,7 +119,7 @@ std::optional<std::string> slurm_include(const std::string& s, const std::string
 
 std::vector<ConfigLine> tokenize_slurm(std::string_view text, const std::string& file) {
   std::vector<ConfigLine> out;
-  auto lines = physical_lines(text);
+  auto lines = split_lines(text);
   for (size_t i = 0; i < lines.size(); ++i) {
     ConfigLine cl;
     cl.file = file;
@@ -154,7 +142,7 @@ std::vector<ConfigLine> tokenize_slurm(std::string_view text, const std::string&
 // split on blanks; `include` (exactly) takes one pattern.
 std::vector<ConfigLine> tokenize_plugstack(std::string_view text, const std::string& file) {
   std::vector<ConfigLine> out;
-  auto lines = physical_lines(text);
+  auto lines = split_lines(text);
   for (size_t i = 0; i < lines.size(); ++i) {
     std::string_view l = lines[i];
     if (auto hash = l.find('#'); hash != std::string_view::npos) l = l.substr(0, hash);

@@ -29,18 +29,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Whether the comma-separated `list` holds `item` exactly.
-bool list_has(const std::string& list, const std::string& item) {
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    if (list.compare(pos, end - pos, item) == 0) return true;
-    pos = end + 1;
-  }
-  return false;
-}
-
 // Slurm's flag lists are comma separated and case-insensitive.
 bool has_flag(const std::optional<std::string>& list, const std::string& flag) {
   return list && list_has(lower(*list), flag);
@@ -49,12 +37,8 @@ bool has_flag(const std::optional<std::string>& list, const std::string& flag) {
 // The cgroup path of one /proc/PID/cgroup line ("ID:CONTROLLERS:PATH") whose
 // controller list holds `controller` (v2: the "0::" line, controller "").
 std::optional<std::string> cgroup_path_of(const std::string& text, const std::string& controller) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(pos, end - pos);
-    pos = end + 1;
+  for (std::string_view l : split_lines(text)) {
+    const std::string line(l);
     size_t c1 = line.find(':');
     size_t c2 = c1 == std::string::npos ? std::string::npos : line.find(':', c1 + 1);
     if (c2 == std::string::npos) continue;
@@ -299,12 +283,7 @@ std::vector<pid_t> procs_in(const std::string& procs_file, CgroupFs& fs) {
   std::vector<pid_t> out;
   auto text = fs.read(procs_file);
   if (!text) return out;
-  size_t pos = 0;
-  while (pos < text->size()) {
-    size_t end = text->find('\n', pos);
-    if (end == std::string::npos) end = text->size();
-    const std::string line = text->substr(pos, end - pos);
-    pos = end + 1;
+  for (std::string_view line : split_lines(*text)) {
     pid_t pid = 0;
     auto [ptr, ec] = std::from_chars(line.data(), line.data() + line.size(), pid);
     if (ec == std::errc() && ptr == line.data() + line.size() && pid > 0) out.push_back(pid);

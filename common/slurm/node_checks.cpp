@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -26,7 +25,6 @@
 namespace unilab::mps {
 namespace {
 
-constexpr const char* kPluginFile = "unilab_mps.so";
 
 using Result = std::optional<CheckResult>;
 
@@ -334,10 +332,8 @@ Result check_default_pipe(const NodeFacts& f) {
 std::string yaml_values(const std::string& text, const std::string& key) {
   std::string out;
   bool in_list = false;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+  for (std::string_view line : split_lines(text)) {
+    if (auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     const std::string t(trim(line));
     if (t.empty()) continue;
     if (in_list && t.starts_with("-")) {

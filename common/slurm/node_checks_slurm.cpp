@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -17,21 +16,6 @@ namespace unilab::mps {
 namespace {
 
 using Result = std::optional<CheckResult>;
-
-// The lowercase items of a comma-separated Slurm flag list.
-std::vector<std::string> flag_items(const std::string& list) {
-  std::vector<std::string> out;
-  std::istringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    out.push_back(lower(item));
-  }
-  return out;
-}
-
-bool has_item(const std::vector<std::string>& items, const std::string& item) {
-  return std::find(items.begin(), items.end(), item) != items.end();
-}
 
 // The cgroup version this host mounts: 1 when the v1 freezer hierarchy is
 // there, 2 when only the unified one is, 0 when neither is seen.
@@ -173,7 +157,7 @@ Result check_prolog_helper(const NodeFacts& f) {
   const bool prolog = runs_helper(f, "prolog", f.prolog_script, "unilab-mps-prolog");
   const bool epilog = runs_helper(f, "epilog", f.epilog_script, "unilab-mps-epilog");
   const std::string flags = f.conf.get("prologflags").value_or("");
-  if (!has_item(flag_items(flags), "runinjob")) {
+  if (!list_has(lower(flags), "runinjob")) {
     if (!prolog) return std::nullopt;
     return CheckResult{CheckStatus::kWarn,
                        fmt::format("Prolog={} runs unilab-mps-prolog after the plugin's own job_prolog, which already starts "
@@ -200,21 +184,21 @@ Result check_prolog_helper(const NodeFacts& f) {
 // prolog_str2flags); RunInJob exists from Slurm 24.05 on.
 Result check_prolog_flags(const NodeFacts& f) {
   const std::string flags = f.conf.get("prologflags").value_or("");
-  const auto items = flag_items(flags);
-  if (has_item(items, "runinjob") && f.slurm_version && !has_run_in_job(*f.slurm_version)) {
+  const std::string items = lower(flags);  // Slurm's flags are case-insensitive
+  if (list_has(items, "runinjob") && f.slurm_version && !has_run_in_job(*f.slurm_version)) {
     return CheckResult{CheckStatus::kFail,
                        fmt::format("PrologFlags={}: RunInJob exists from Slurm 24.05 on, and Slurm {} stops with 'PrologFlags "
                                    "invalid'; use PrologFlags=Contain there",
                                    flags, f.slurm_version->to_string())};
   }
-  if (has_item(items, "runinjob") && f.slurm_version) {
+  if (list_has(items, "runinjob") && f.slurm_version) {
     std::vector<std::string> bugs;
     if (!has_run_in_job_multinode_gres_fix(*f.slurm_version)) {
       bugs.push_back(
           "the prolog on a job's second and later nodes gets another node's GPUs, or none (a Slurm bug fixed in 25.11.0: "
           "'Fix segfault with multi-node gres with PrologFlags=RunInJob'), so multi-node --unilab-mps jobs fail there");
     }
-    const bool x11 = has_item(items, "x11");
+    const bool x11 = list_has(items, "x11");
     if (has_run_in_job_user_epilog_race(*f.slurm_version)) {
       bugs.push_back(
           "the extern step can start the Epilog as the job's user (its x11 cleanup races the fork; fixed in 25.11.4), and "
@@ -232,7 +216,7 @@ Result check_prolog_flags(const NodeFacts& f) {
                                      flags, f.slurm_version->to_string(), join(bugs, "; and "), x11 ? "26.05.0" : "25.11.4")};
     }
   }
-  const bool alloc = has_item(items, "alloc") || has_item(items, "contain") || has_item(items, "runinjob") || has_item(items, "x11");
+  const bool alloc = list_has(items, "alloc") || list_has(items, "contain") || list_has(items, "runinjob") || list_has(items, "x11");
   if (alloc) return CheckResult{CheckStatus::kOk, fmt::format("PrologFlags={}: daemons start on every node at allocation", flags)};
   return CheckResult{CheckStatus::kOk,
                      "no PrologFlags=Alloc: daemons start when the job's first step reaches the node (the batch script, or the "

@@ -71,7 +71,8 @@ class MountedTest : public ::testing::Test {
     made_.push_back(path);
   }
   static int id_of(const std::string& point) {
-    for (const auto& m : read_mountinfo()) {
+    const auto mounts = read_mountinfo();
+    for (const auto& m : mounts.value()) {
       if (m.point == point) return m.id;
     }
     return -1;
@@ -87,7 +88,7 @@ TEST_F(MountedTest, DetachesWhatIsMountedBelowButNotTheDaemonsOwnTmpfs) {
   mount_at(root + "/d/pipe/inner");  // goes with pipe
   mount_at(root + "/d/log");
   Fd parent(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  const auto lines = detach_mounts_below(parent.get(), "d", root + "/d", read_mountinfo());
+  const auto lines = detach_mounts_below(parent.get(), "d", root + "/d", read_mountinfo().value());
   ASSERT_EQ(lines.size(), 2u) << testing::PrintToString(lines);
   EXPECT_EQ(lines[0].rfind("detached tmpfs on " + root + "/d/pipe", 0), 0u) << lines[0];
   EXPECT_EQ(lines[1].rfind("detached tmpfs on " + root + "/d/log", 0), 0u) << lines[1];
@@ -99,7 +100,7 @@ TEST_F(MountedTest, DetachesWhatIsMountedBelowButNotTheDaemonsOwnTmpfs) {
 TEST_F(MountedTest, AMountWithoutTheDaemonsTmpfsIsDetachedAtTheDirectoryItself) {
   mount_at(root + "/d");  // with dir_size=off nothing of ours is mounted: a non-tmpfs here is a user's
   Fd parent(open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  auto mounts = read_mountinfo();
+  auto mounts = read_mountinfo().value();
   for (auto& m : mounts) {
     if (m.point == root + "/d") m.fstype = "fuse.sshfs";
   }
