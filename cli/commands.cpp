@@ -21,12 +21,6 @@
 #include "common/mps/status.hpp"
 #include "common/slurm/slurm_config.hpp"
 #include "common/mps/topology.hpp"
-#include "common/mps/daemon.hpp"
-#include "common/mps/errors.hpp"
-#include "common/mps/gpu.hpp"
-#include "common/mps/safefs.hpp"
-#include "common/mps/status.hpp"
-#include "common/mps/topology.hpp"
 #include "common/mps/units.hpp"
 
 namespace unilab::mps::cli {
@@ -136,7 +130,7 @@ int cmd_start(Context& c, const ParsedArgs& a) {
   auto gpus = discover_gpus(c.runner, c.tools.nvidia_smi, c.tools.driver_dir);
   TopologyPlan plan = resolve_topology(selector, getenv_opt("CUDA_VISIBLE_DEVICES"), gpus);
   std::vector<std::vector<GpuIdentity>> groups;
-  if (plan.topology_mode == kTaskPerGpu) {
+  if (plan.topology_mode == TopologyMode::kPerGpu) {
     for (const auto& g : plan.gpus) groups.push_back({g});
   } else {
     groups.push_back(plan.gpus);
@@ -149,7 +143,7 @@ int cmd_start(Context& c, const ParsedArgs& a) {
   base.uid = c.uid;
   base.gid = c.gid;
   base.host = c.host;
-  base.topology_mode = *kTopologyModeNames.lookup(plan.topology_mode);
+  base.topology_mode = plan.topology_mode;
   base.base_directory = c.run_dir;
   base.pipe_directory = a.value("--pipe-dir");
   base.log_directory = a.value("--log-dir");

@@ -8,7 +8,7 @@
 #include "cli/commands.hpp"
 #include "common/mps/errors.hpp"
 #include "common/slurm/job.hpp"
-#include "common/slurm/node_doctor.hpp"
+#include "common/slurm/slurm_files.hpp"
 #include "common/slurm/slurm_config.hpp"
 #include "common/mps/status.hpp"
 

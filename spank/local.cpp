@@ -26,10 +26,13 @@ char kOptMemArg[] = "SIZE";
 char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G; a default the job can change, "
     "not a limit between users).";
 
+// The option callbacks validate the values at submit (a bad one fails
+// srun/sbatch there); the job's prolog and tasks read them again from the
+// job's SPANK option variables, so nothing is kept here.
 int on_mode(int, const char* optarg, int) {
   try {
     state().requested = true;
-    state().mode = parse_mode(optarg);
+    static_cast<void>(parse_mode(optarg));
     return 0;
   } catch (const std::exception& e) {
     slurm_error("unilab-mps: %s", e.what());
@@ -40,7 +43,7 @@ int on_mode(int, const char* optarg, int) {
 int on_threads(int, const char* optarg, int) {
   try {
     if (auto v = spank_option_value(optarg)) {
-      state().limits.active_thread_percentage = parse_thread_percentage(*v, state().config.max_threads);
+      static_cast<void>(parse_thread_percentage(*v, state().config.max_threads));
     }
     return 0;
   } catch (const std::exception& e) {
@@ -52,7 +55,7 @@ int on_threads(int, const char* optarg, int) {
 int on_mem(int, const char* optarg, int) {
   try {
     if (auto v = spank_option_value(optarg)) {
-      state().limits.pinned_mem_limit = parse_mem_limit(*v, state().config.max_mem_bytes);
+      static_cast<void>(parse_mem_limit(*v, state().config.max_mem_bytes));
     }
     return 0;
   } catch (const std::exception& e) {

@@ -12,10 +12,6 @@
 #include "common/mps/errors.hpp"
 #include "common/slurm/gres.hpp"
 #include "common/slurm/job.hpp"
-#include "common/slurm/containment.hpp"
-#include "common/mps/errors.hpp"
-#include "common/slurm/gres.hpp"
-#include "common/slurm/job.hpp"
 #include "common/slurm/job_failure.hpp"
 extern "C" {
 #include <slurm/slurm.h>

@@ -12,8 +12,6 @@ namespace unilab::mps::spank {
 struct PluginState {
   PluginConfig config;
   bool requested = false;
-  std::string mode = "auto";
-  MpsLimits limits;
   // The job prolog's failure reasons by node, read while still root
   // (task_init_privileged); empty when none was kept.
   std::map<std::string, std::string> prolog_failures;

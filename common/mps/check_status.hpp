@@ -6,6 +6,8 @@
 #include <ostream>
 #include <string_view>
 
+#include "common/mps/string_table.hpp"
+
 namespace unilab::mps {
 
 enum class CheckStatus {
@@ -15,9 +17,10 @@ enum class CheckStatus {
   kSkip,  // "skip": not checked, because a check it needs did not pass
 };
 
-std::string_view to_string(CheckStatus status);
+inline constexpr StringTable<CheckStatus, 4> kCheckStatusNames{{"ok", "warn", "fail", "skip"}};
+inline std::string_view to_string(CheckStatus status) { return kCheckStatusNames.name(status); }
 // nullopt for a word that is not in the table.
-std::optional<CheckStatus> check_status_from_string(std::string_view word);
+inline std::optional<CheckStatus> check_status_from_string(std::string_view word) { return kCheckStatusNames.lookup(word); }
 
 // For test failure messages.
 inline std::ostream& operator<<(std::ostream& os, CheckStatus status) { return os << to_string(status); }

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mps/proc.hpp"
-#include "common/mps/proc.hpp"
+#include "common/mps/modes.hpp"
 #include "common/mps/string_table.hpp"
 
 namespace unilab::mps {
@@ -23,18 +23,6 @@ namespace unilab::mps {
 enum class RecordState { kStarting, kRunning };
 inline constexpr StringTable<RecordState, 2> kRecordStateNames{{"starting", "running"}};
 inline std::string_view to_string(RecordState s) { return kRecordStateNames.name(s); }
-
-// How a Slurm job asked for its daemons: one per GPU (auto) or one for all
-// of its GPUs on the node (multi). Recorded as the binding's `mode`.
-enum class JobMode { kAuto, kMulti };
-inline constexpr StringTable<JobMode, 2> kJobModeNames{{"auto", "multi"}};
-inline std::string_view to_string(JobMode m) { return kJobModeNames.name(m); }
-
-// Which tasks a daemon serves (a record's `topology_mode`): one GPU; one
-// task using several GPUs; one task per GPU, each daemon serving one.
-enum class TopologyMode { kSingle, kSingleTaskMulti, kPerGpu };  // names unlike topology.hpp's constants (-Wshadow)
-inline constexpr StringTable<TopologyMode, 3> kTopologyModeNames{{"single_gpu", "single_task_multi_gpu", "task_per_gpu"}};
-inline std::string_view to_string(TopologyMode m) { return kTopologyModeNames.name(m); }
 
 // One GPU of a Slurm node, as the prolog mapped it: GRES index -> gres.conf
 // device file -> device minor -> nvidia-smi UUID.

@@ -196,7 +196,7 @@ void add_gpu_checks(Services& s, const Tools& tools, const std::optional<std::st
     rep.plan = resolve_topology(selector, q.cuda_visible_devices, gpus);
     std::vector<std::string> u;
     for (const auto& g : rep.plan->gpus) u.push_back(g.uuid);
-    add("topology", CheckStatus::kOk, fmt::format("{} on {}", rep.plan->topology_mode, join(u, ",")));
+    add("topology", CheckStatus::kOk, fmt::format("{} on {}", to_string(rep.plan->topology_mode), join(u, ",")));
   } catch (const CudaMpsError& e) {
     add("topology", CheckStatus::kFail, e.what());
   }

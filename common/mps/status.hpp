@@ -31,7 +31,7 @@ struct HostStatus {
   std::vector<ControlPipeStatus> control_pipes;
   std::vector<DaemonRecord> managed_daemons;
   std::optional<std::string> diagnostic;
-  std::vector<std::string> compatible_topology_modes = kTopologyModes;
+  std::vector<std::string> compatible_topology_modes = topology_mode_words();
   std::vector<RecordProblem> record_problems;
   // Liveness per managed daemon, same order; filled by host_status.
   std::vector<nlohmann::json> daemon_states;

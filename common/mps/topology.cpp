@@ -9,7 +9,7 @@ namespace unilab::mps {
 nlohmann::json TopologyPlan::to_json() const {
   nlohmann::json g = nlohmann::json::array();
   for (const auto& gpu : gpus) g.push_back(gpu.to_json());
-  return {{"selector", selector}, {"topology_mode", topology_mode}, {"gpus", g}};
+  return {{"selector", selector}, {"topology_mode", std::string(to_string(topology_mode))}, {"gpus", g}};
 }
 
 TopologyPlan resolve_topology(const std::optional<std::string>& selector,
@@ -21,7 +21,7 @@ TopologyPlan resolve_topology(const std::optional<std::string>& selector,
   std::string sel = plan.selector;
   if (sel.empty()) {
     if (visible.size() == 1) {
-      plan.topology_mode = kSingleGpu;
+      plan.topology_mode = TopologyMode::kSingle;
       plan.gpus = visible;
       return plan;
     }
@@ -49,9 +49,9 @@ TopologyPlan resolve_topology(const std::optional<std::string>& selector,
     plan.gpus.push_back(g);
   }
   if (plan.gpus.size() == 1 && !per_gpu) {
-    plan.topology_mode = kSingleGpu;
+    plan.topology_mode = TopologyMode::kSingle;
   } else {
-    plan.topology_mode = per_gpu ? kTaskPerGpu : kSingleTaskMultiGpu;
+    plan.topology_mode = per_gpu ? TopologyMode::kPerGpu : TopologyMode::kSingleTaskMulti;
   }
   return plan;
 }

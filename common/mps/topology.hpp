@@ -8,17 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mps/gpu.hpp"
+#include "common/mps/modes.hpp"
 
 namespace unilab::mps {
 
-inline constexpr const char* kSingleGpu = "single_gpu";
-inline constexpr const char* kSingleTaskMultiGpu = "single_task_multi_gpu";
-inline constexpr const char* kTaskPerGpu = "task_per_gpu";
-inline const std::vector<std::string> kTopologyModes = {kSingleGpu, kSingleTaskMultiGpu, kTaskPerGpu};
-
 struct TopologyPlan {
   std::string selector;  // as given ("" for none)
-  std::string topology_mode;
+  TopologyMode topology_mode = TopologyMode::kSingle;
   std::vector<GpuIdentity> gpus;
   nlohmann::json to_json() const;
 };

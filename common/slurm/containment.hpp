@@ -33,7 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/slurm/node_doctor.hpp"
+#include "common/slurm/slurm_files.hpp"
 #include "common/mps/proc.hpp"
 #include "common/mps/record.hpp"
 

@@ -13,7 +13,6 @@
 
 #include "common/mps/errors.hpp"
 #include "common/slurm/config_text.hpp"
-#include "common/mps/errors.hpp"
 
 namespace unilab::mps {
 namespace {

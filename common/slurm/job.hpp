@@ -185,4 +185,23 @@ std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job
                                       std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr,
                                       const std::optional<std::string>& run_dir = std::nullopt);
 
+// Records named for a job on a node, split into the ones every field of
+// which agrees (trusted) and the rest (corrupt, other schema, or naming
+// another job, host or uid): those are never acted on.
+struct JobRecordScan {
+  std::vector<DaemonRecord> trusted;
+  std::vector<RecordProblem> untrusted;
+};
+// The scan behind job_records, with the untrusted ones and why.
+JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, const std::string& node, std::optional<uid_t> uid,
+                               const std::optional<std::string>& run_dir);
+
+// What run_job_epilog does (the prolog runs it too, for what an earlier run
+// of a requeued job left): every daemon the job left on this node stopped
+// within one stop_timeout, its directories and records removed.
+void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out);
+
+// GRES indices for a message: "0,2".
+std::string describe_indices(const std::vector<int>& v);
+
 }  // namespace unilab::mps

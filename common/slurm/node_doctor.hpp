@@ -19,113 +19,15 @@
 #include "common/mps/check_status.hpp"
 #include "common/slurm/gres.hpp"
 #include "common/mps/runner.hpp"
+#include "common/slurm/node_probe.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
 #include "common/slurm/slurm_config.hpp"
+#include "common/slurm/slurm_files.hpp"
 #include "common/slurm/slurm_series.hpp"
 #include "common/mps/nvidia_checks.hpp"
 #include "common/mps/status.hpp"
 
 namespace unilab::mps {
-
-struct FileFacts {
-  bool exists = false;
-  bool is_symlink = false;  // the path itself (lstat)
-  bool is_dir = false;      // the rest follows a symlink
-  bool is_regular = false;
-  uid_t uid = 0;
-  mode_t mode = 0;          // permission bits (incl. sticky)
-  double mtime = 0;         // seconds since the epoch
-};
-
-// What connect(2) on a UNIX socket path says.
-enum class SocketState { kMissing, kNotSocket, kListening, kRefused, kDenied };
-
-// The machine as the node doctor sees it. Abstract so it can be mocked out for tests.
-class NodeProbe {
- public:
-  virtual ~NodeProbe() = default;
-  // Whole file (bounded); nullopt when missing or unreadable.
-  virtual std::optional<std::string> read_file(const std::string& path) = 0;
-  virtual FileFacts stat(const std::string& path) = 0;
-  // glob(3) matches, sorted; none is an empty list.
-  virtual std::vector<std::string> glob(const std::string& pattern) = 0;
-  virtual bool executable(const std::string& path) = 0;
-  // Minor number of a character device; -1 otherwise.
-  virtual int device_minor(const std::string& path) = 0;
-  // /proc/PID/comm and the start time (wall clock, seconds); nullopt when gone.
-  virtual std::optional<std::string> process_name(pid_t pid) = 0;
-  virtual std::optional<double> process_start_time(pid_t pid) = 0;
-  // The executable of a process (readlink /proc/PID/exe); nullopt when unknown.
-  virtual std::optional<std::string> process_exe(pid_t pid) = 0;
-  // The process's uid when its real, effective, saved and filesystem uids
-  // are one; else the first of them that is not 0 (so "0" means root in all
-  // four). nullopt when gone or unreadable.
-  virtual std::optional<uid_t> process_uid(pid_t pid) = 0;
-  // Whether `path` (followed) is the very file the process executes: the
-  // same device and inode as /proc/PID/exe.
-  virtual bool process_runs(pid_t pid, const std::string& path) = 0;
-  // A file root wrote and only root can change: read only when it is a
-  // regular file (never through a symlink, never a FIFO or device, opened
-  // without blocking) owned by uid 0 and not writable by group or others.
-  // Otherwise nullopt, and `problem` says why ("" when it does not exist).
-  virtual std::optional<std::string> read_root_file(const std::string& path, std::string& problem) = 0;
-  virtual SocketState probe_socket(const std::string& path) = 0;
-  virtual std::string hostname() = 0;  // short host name
-};
-
-class SystemNodeProbe final : public NodeProbe {
- public:
-  std::optional<std::string> read_file(const std::string& path) override;
-  FileFacts stat(const std::string& path) override;
-  std::vector<std::string> glob(const std::string& pattern) override;
-  bool executable(const std::string& path) override;
-  int device_minor(const std::string& path) override;
-  std::optional<std::string> process_name(pid_t pid) override;
-  std::optional<double> process_start_time(pid_t pid) override;
-  std::optional<std::string> process_exe(pid_t pid) override;
-  std::optional<uid_t> process_uid(pid_t pid) override;
-  bool process_runs(pid_t pid, const std::string& path) override;
-  std::optional<std::string> read_root_file(const std::string& path, std::string& problem) override;
-  SocketState probe_socket(const std::string& path) override;
-  std::string hostname() override;
-};
-
-// slurm.conf (and the files it includes), as far as the doctor needs it.
-struct SlurmConf {
-  std::string path;
-  std::vector<std::string> files;                          // every file read
-  std::map<std::string, std::string> values;               // lowercase key -> value (last one wins)
-  std::vector<std::map<std::string, std::string>> nodes;   // NodeName= lines, lowercase keys
-  std::vector<std::string> problems;                       // unreadable includes
-  std::optional<std::string> get(const std::string& lowercase_key) const;
-};
-// Throws CudaMpsError when `path` cannot be read.
-SlurmConf read_slurm_conf(NodeProbe& probe, const std::string& path);
-
-// One `required`/`optional` line of plugstack.conf.
-struct PlugstackEntry {
-  std::string file;
-  int line = 0;
-  std::string kind;      // required | optional
-  std::string path;      // as written
-  std::string resolved;  // absolute path; a relative one looked up in PluginDir; empty: not found
-  std::vector<std::string> args;
-};
-
-struct Plugstack {
-  std::string path;
-  std::vector<std::string> files;      // every file read, in Slurm's order
-  std::vector<PlugstackEntry> entries;
-  std::vector<std::string> includes;   // "FILE:LINE: include PATTERN (N files)"
-  std::vector<std::string> problems;   // lines Slurm ignores, unreadable files
-};
-// Reads plugstack.conf the way Slurm 22.05 does (src/common/plugstack.c):
-// `#` comments, `required|optional PATH ARGS...`, `include GLOB` relative to
-// the including file's directory; a missing top file is an empty stack.
-Plugstack read_plugstack(NodeProbe& probe, const std::string& path, const std::vector<std::string>& plugin_dirs);
-
-// Expands %n (node name) and %h (host name) as slurmd does in SlurmdPidFile.
-std::string expand_node_pattern(const std::string& pattern, const std::string& node, const std::string& host);
 
 struct NodeDoctorOptions {
   std::string slurm_conf = "/etc/slurm/slurm.conf";
@@ -160,23 +62,11 @@ struct PathFacts {
 };
 
 // Everything the node checks look at, read once by gather_node_facts.
-struct NodeFacts {
+// (slurm.conf, the node, plugstack.conf and the plugin's line: the
+// NodeSlurmFiles part, read as every other part of unilab-mps reads them)
+struct NodeFacts : NodeSlurmFiles {
   NodeDoctorOptions options;
   std::string host;
-  // slurm.conf
-  SlurmConf conf;
-  std::optional<std::string> conf_error;     // slurm.conf unreadable
-  std::vector<std::string> node_candidates;  // NodeNames of this host
-  std::string node;                          // the node the checks are about
-  // plugstack.conf and our line in it
-  std::string plugstack_path;
-  std::vector<std::string> plugin_dirs;
-  Plugstack stack;
-  std::vector<PlugstackEntry> plugin_lines;  // lines naming unilab_mps.so
-  std::optional<FileFacts> plugin_file;      // the first line's resolved file
-  std::optional<PluginConfig> plugin_config; // its arguments, parsed
-  std::string plugin_args_error;
-  PluginConfig config;                       // plugin_config, else the defaults
   // slurmd
   std::string slurmd_pid_file;
   std::optional<std::string> slurmd_pid_text;
@@ -261,23 +151,5 @@ struct NodeDoctorReport {
 };
 
 NodeDoctorReport node_doctor(NodeProbe& probe, CommandRunner& runner, const NodeDoctorOptions& options);
-
-// The plugin's configuration on this node, found the way node_doctor finds
-// it: slurm.conf (PlugStackConfig, PluginDir) -> plugstack.conf and its
-// includes -> the unilab_mps.so line (the first, as Slurm loads it) -> its
-// arguments through parse_plugin_args. Reads only; never throws.
-struct NodePluginConfig {
-  std::optional<PluginConfig> config;   // nullopt: `problem` says why
-  std::string problem;
-  std::string plugin_line;              // FILE:LINE of the line used
-  std::string node;                     // as node_doctor decides it; empty: the host is several nodes
-  std::vector<std::string> host_nodes;  // NodeName of this host in slurm.conf (several: pick one)
-};
-NodePluginConfig node_plugin_config(NodeProbe& probe, const std::string& slurm_conf, const std::optional<std::string>& node,
-                                    const std::string& default_plugin_dir);
-// The same from a located slurm.conf: a configless cache that was not
-// trusted is named in `problem` when slurm.conf cannot be read.
-NodePluginConfig node_plugin_config(NodeProbe& probe, const SlurmConfLocation& slurm_conf, const std::optional<std::string>& node,
-                                    const std::string& default_plugin_dir);
 
 }  // namespace unilab::mps

@@ -123,11 +123,11 @@ std::optional<std::string> spank_option_value(const char* value) {
   return std::string(value);
 }
 
-std::string parse_mode(const char* value) {
+JobMode parse_mode(const char* value) {
   auto given = spank_option_value(value);
-  if (!given || given->empty()) return std::string(to_string(JobMode::kAuto));
+  if (!given || given->empty()) return JobMode::kAuto;
   const std::string& v = *given;
-  if (kJobModeNames.lookup(v)) return v;
+  if (auto mode = kJobModeNames.lookup(v)) return *mode;
   std::string shown = v.size() > 40 ? v.substr(0, 40) + "..." : v;
   for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
   throw CudaMpsError(fmt::format("invalid --unilab-mps value '{}': use --unilab-mps (one daemon per GPU) or --unilab-mps=multi "

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mps/modes.hpp"       // JobMode
 #include "common/mps/private_fs.hpp"  // PrivateFsLimits
 #include "common/mps/tools.hpp"
 #include "common/mps/units.hpp"  // parse_size_bytes, parse_seconds
@@ -44,8 +45,8 @@ std::vector<std::string> plugin_args_from_config(std::string_view text, const st
 // nullopt. The one place that knows this quirk.
 std::optional<std::string> spank_option_value(const char* value);
 
-// The --unilab-mps value: "auto" (default, also for no value) or "multi".
-std::string parse_mode(const char* value);
+// The --unilab-mps value: auto (default, also for no value) or multi.
+JobMode parse_mode(const char* value);
 
 // --unilab-mps-threads: a percentage in (0, 100], within the site maximum.
 double parse_thread_percentage(const std::string& value, const std::optional<double>& site_max);

@@ -6,95 +6,11 @@
 
 #include "common/mps/errors.hpp"
 #include "tests/unit/doubles.hpp"
+#include "tests/unit/fake_node_probe.hpp"
 
 namespace unilab::mps {
 namespace {
 
-// The machine as a set of maps; anything not put there does not exist.
-class FakeNodeProbe final : public NodeProbe {
- public:
-  std::optional<std::string> read_file(const std::string& path) override {
-    auto it = files.find(path);
-    return it == files.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  FileFacts stat(const std::string& path) override {
-    if (auto it = facts.find(path); it != facts.end()) return it->second;
-    if (files.count(path)) return file(0, 0644);
-    return {};
-  }
-  std::vector<std::string> glob(const std::string& pattern) override {
-    auto it = globs.find(pattern);
-    return it == globs.end() ? std::vector<std::string>{} : it->second;
-  }
-  bool executable(const std::string& path) override { return executables.count(path) != 0; }
-  int device_minor(const std::string& path) override {
-    auto it = minors.find(path);
-    return it == minors.end() ? -1 : it->second;
-  }
-  std::optional<std::string> process_name(pid_t pid) override {
-    auto it = procs.find(pid);
-    return it == procs.end() ? std::nullopt : std::optional<std::string>(it->second.first);
-  }
-  std::optional<double> process_start_time(pid_t pid) override {
-    auto it = procs.find(pid);
-    return it == procs.end() ? std::nullopt : std::optional<double>(it->second.second);
-  }
-  std::optional<std::string> process_exe(pid_t pid) override {
-    auto it = exes.find(pid);
-    return it == exes.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-  std::optional<uid_t> process_uid(pid_t pid) override {
-    if (!procs.count(pid)) return std::nullopt;
-    auto it = uids.find(pid);
-    return it == uids.end() ? 0 : it->second;
-  }
-  bool process_runs(pid_t pid, const std::string& path) override {
-    auto it = exes.find(pid);
-    return it != exes.end() && it->second == path && !replaced.count(path);
-  }
-  std::optional<std::string> read_root_file(const std::string& path, std::string& problem) override {
-    problem.clear();
-    if (auto it = root_file_problems.find(path); it != root_file_problems.end()) {
-      problem = it->second;
-      return std::nullopt;
-    }
-    return read_file(path);
-  }
-  SocketState probe_socket(const std::string& path) override {
-    auto it = sockets.find(path);
-    return it == sockets.end() ? SocketState::kMissing : it->second;
-  }
-  std::string hostname() override { return host; }
-
-  static FileFacts dir(uid_t uid, mode_t mode) {
-    FileFacts f;
-    f.exists = f.is_dir = true;
-    f.uid = uid;
-    f.mode = mode;
-    return f;
-  }
-  static FileFacts file(uid_t uid, mode_t mode, double mtime = 900) {
-    FileFacts f;
-    f.exists = f.is_regular = true;
-    f.uid = uid;
-    f.mode = mode;
-    f.mtime = mtime;
-    return f;
-  }
-
-  std::map<std::string, std::string> files;
-  std::map<std::string, FileFacts> facts;
-  std::map<std::string, std::vector<std::string>> globs;
-  std::set<std::string> executables;
-  std::map<std::string, int> minors;
-  std::map<pid_t, std::pair<std::string, double>> procs;
-  std::map<std::string, SocketState> sockets;
-  std::map<pid_t, std::string> exes;
-  std::map<pid_t, uid_t> uids;                            // absent: root
-  std::set<std::string> replaced;                         // on disk, no longer the file the process runs
-  std::map<std::string, std::string> root_file_problems;  // read_root_file refuses these
-  std::string host = "host2";
-};
 
 const char* kPlugstackD = "/etc/slurm/plugstack.conf.d/unilab-mps.conf";
 const char* kArgs = "state_dir=/run/unilab-mps run_dir=/run/unilab-mps/run nvidia_smi=/opt/nv/nvidia-smi "
@@ -513,66 +429,6 @@ TEST_F(NodeDoctorTest, NeverRunsABinaryAUserCouldHavePlacedAsSlurmd) {
   EXPECT_EQ(check(rep, "slurm-version").status, CheckStatus::kOk);
 }
 
-TEST(PlugstackTest, ParsesLikeSlurm) {
-  FakeNodeProbe probe;
-  probe.files["/e/plugstack.conf"] =
-      "  # comment\n"
-      "optional /p/a.so x=1\ty=2 # trailing\n"
-      "bogus /p/b.so\n"
-      "required\n"
-      "include extra/*.conf\n"
-      "include /e/loop.conf\n";
-  probe.globs["/e/extra/*.conf"] = {"/e/extra/1.conf", "/e/extra/2.conf"};
-  probe.files["/e/extra/1.conf"] = "required rel.so\n";
-  probe.files["/e/extra/2.conf"] = "\n";
-  probe.globs["/e/loop.conf"] = {"/e/loop.conf"};
-  probe.files["/e/loop.conf"] = "include /e/loop.conf\n";
-  probe.facts["/lib/b/rel.so"] = FakeNodeProbe::file(0, 0755);
-  Plugstack s = read_plugstack(probe, "/e/plugstack.conf", {"/lib/a", "/lib/b/"});
-  ASSERT_EQ(s.entries.size(), 2u);
-  EXPECT_EQ(s.entries[0].kind, "optional");
-  EXPECT_EQ(s.entries[0].path, "/p/a.so");
-  EXPECT_EQ(s.entries[0].line, 2);
-  EXPECT_EQ(s.entries[0].args, (std::vector<std::string>{"x=1", "y=2"}));
-  EXPECT_EQ(s.entries[1].file, "/e/extra/1.conf");
-  EXPECT_EQ(s.entries[1].resolved, "/lib/b/rel.so");
-  EXPECT_EQ(s.files.front(), "/e/plugstack.conf");
-  EXPECT_EQ(s.files[1], "/e/extra/1.conf");
-  // bogus kind, missing path, and the include loop cut off at the depth limit
-  ASSERT_EQ(s.problems.size(), 3u);
-  EXPECT_NE(s.problems[0].find("/e/plugstack.conf:3: 'bogus'"), std::string::npos);
-  EXPECT_NE(s.problems[1].find("/e/plugstack.conf:4: no plugin path"), std::string::npos);
-  EXPECT_NE(s.problems[2].find("nested deeper"), std::string::npos);
-}
-
-TEST(PlugstackTest, MissingFileIsAnEmptyStack) {
-  FakeNodeProbe probe;
-  Plugstack s = read_plugstack(probe, "/nope/plugstack.conf", {});
-  EXPECT_TRUE(s.files.empty());
-  EXPECT_TRUE(s.entries.empty());
-  EXPECT_TRUE(s.problems.empty());
-}
-
-TEST(SlurmConfTest, KeysAreCaseInsensitiveAndNodeLinesSeparate) {
-  FakeNodeProbe probe;
-  probe.files["/e/slurm.conf"] = "plugstackconfig=/a\nJobContainerType=job_container/tmpfs # x\n"
-                                 "NodeName=n1 Port=1 PlugStackConfig=/ignored\nPartitionName=p PlugStackConfig=/ignored2\n"
-                                 "Include missing.conf\n";
-  SlurmConf c = read_slurm_conf(probe, "/e/slurm.conf");
-  EXPECT_EQ(c.get("plugstackconfig"), "/a");
-  EXPECT_EQ(c.get("jobcontainertype"), "job_container/tmpfs");
-  ASSERT_EQ(c.nodes.size(), 1u);
-  EXPECT_EQ(c.nodes[0].at("port"), "1");
-  ASSERT_EQ(c.problems.size(), 1u);
-  EXPECT_NE(c.problems[0].find("/e/missing.conf"), std::string::npos);
-  EXPECT_THROW(read_slurm_conf(probe, "/e/none.conf"), CudaMpsError);
-}
-
-TEST(NodePatternTest, ExpandsNodeAndHost) {
-  EXPECT_EQ(expand_node_pattern("/run/slurmd-%n.%h.pid", "n1", "vm"), "/run/slurmd-n1.vm.pid");
-  EXPECT_EQ(expand_node_pattern("/run/100%.pid", "n1", "vm"), "/run/100%.pid");
-}
-
 // status --job reads the plugin's configuration the way the doctor does.
 TEST_F(NodeDoctorTest, NodePluginConfigIsWhatTheDoctorReads) {
   NodePluginConfig n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
@@ -606,44 +462,6 @@ TEST_F(NodeDoctorTest, NodePluginConfigLeavesASharedHostToTheCaller) {
   NodePluginConfig n = node_plugin_config(probe, opt.slurm_conf, std::nullopt, opt.default_plugin_dir);
   EXPECT_EQ(n.node, "");
   EXPECT_EQ(n.host_nodes, (std::vector<std::string>{"n1", "n2"}));
-}
-
-// The real probe's guards, on real files and this very process.
-TEST(SystemNodeProbeTest, ReadsRootFilesOnlyWhenOnlyRootCanWriteThem) {
-  test::TempDir tmp;
-  SystemNodeProbe probe;
-  std::string problem;
-  test::write_text(tmp / "pid", "4242\n", 0644);
-  auto text = probe.read_root_file(tmp / "pid", problem);
-  if (geteuid() == 0) {
-    EXPECT_EQ(text.value_or(""), "4242\n") << problem;
-    EXPECT_EQ(problem, "");
-  } else {
-    EXPECT_FALSE(text);
-    EXPECT_NE(problem.find("owned by uid " + std::to_string(geteuid())), std::string::npos) << problem;
-  }
-  chmod((tmp / "pid").c_str(), 0666);
-  EXPECT_FALSE(probe.read_root_file(tmp / "pid", problem));
-  EXPECT_NE(problem.find("mode 666: not a file only root can write"), std::string::npos) << problem;
-  ASSERT_EQ(symlink((tmp / "pid").c_str(), (tmp / "link").c_str()), 0);
-  EXPECT_FALSE(probe.read_root_file(tmp / "link", problem));
-  EXPECT_EQ(problem, tmp / "link" + " is a symlink");
-  // A FIFO would block an ifstream forever; here it is refused at once.
-  ASSERT_EQ(mkfifo((tmp / "fifo").c_str(), 0644), 0);
-  EXPECT_FALSE(probe.read_root_file(tmp / "fifo", problem));
-  EXPECT_EQ(problem, tmp / "fifo" + " is not a regular file");
-  EXPECT_FALSE(probe.read_root_file(tmp / "missing", problem));
-  EXPECT_EQ(problem, "");
-}
-
-TEST(SystemNodeProbeTest, KnowsAProcessesUidAndTheFileItRuns) {
-  SystemNodeProbe probe;
-  EXPECT_EQ(probe.process_uid(getpid()), geteuid());
-  auto exe = probe.process_exe(getpid());
-  ASSERT_TRUE(exe);
-  EXPECT_TRUE(probe.process_runs(getpid(), *exe));
-  EXPECT_FALSE(probe.process_runs(getpid(), "/bin/sh"));
-  EXPECT_FALSE(probe.process_uid(-5));
 }
 
 }  // namespace

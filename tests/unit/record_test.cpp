@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "common/mps/errors.hpp"
-#include "common/mps/errors.hpp"
 #include "common/mps/topology.hpp"
 #include "tests/unit/doubles.hpp"
 
@@ -507,13 +506,6 @@ TEST(EnumNames, EachTableRoundTripsAndRefusesOtherStrings) {
   EXPECT_EQ(to_string(TopologyMode::kPerGpu), "task_per_gpu");
 }
 
-// topology.hpp names the modes for plans and HostStatus; the record's table
-// must say the same.
-TEST(EnumNames, TopologyModesAgreeWithThePlanConstants) {
-  std::vector<std::string> names;
-  for (auto n : kTopologyModeNames.names) names.emplace_back(n);
-  EXPECT_EQ(names, kTopologyModes);
-}
 
 TEST(DaemonRecordJson, AnUnknownSlurmModeIsRefused) {
   DaemonRecord r = make_record("m", 1000, "h", 5, 6, "/run/p", {test::kUuid0});

@@ -118,11 +118,11 @@ TEST(ParsePluginArgs, RunDirSoLongThatTheSocketWouldNotFitIsAnError) {
 // --- mode -------------------------------------------------------------------------
 
 TEST(ParseMode, AutoSpellings) {
-  EXPECT_EQ(parse_mode(nullptr), "auto");
-  EXPECT_EQ(parse_mode(""), "auto");
-  EXPECT_EQ(parse_mode("(null)"), "auto");  // re-imported in a batch step's srun
-  EXPECT_EQ(parse_mode("auto"), "auto");
-  EXPECT_EQ(parse_mode("multi"), "multi");
+  EXPECT_EQ(parse_mode(nullptr), JobMode::kAuto);
+  EXPECT_EQ(parse_mode(""), JobMode::kAuto);
+  EXPECT_EQ(parse_mode("(null)"), JobMode::kAuto);  // re-imported in a batch step's srun
+  EXPECT_EQ(parse_mode("auto"), JobMode::kAuto);
+  EXPECT_EQ(parse_mode("multi"), JobMode::kMulti);
 }
 
 TEST(ParseMode, BadValuesAreErrorsWithSanitizedMessages) {

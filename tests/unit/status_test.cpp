@@ -195,7 +195,7 @@ TEST_F(StatusTest, DoctorIsOkOnAHealthyHost) {
   EXPECT_EQ(check(rep, "mps-control")->status, CheckStatus::kOk);
   EXPECT_EQ(check(rep, "records")->status, CheckStatus::kOk);
   ASSERT_TRUE(rep.plan);
-  EXPECT_EQ(rep.plan->topology_mode, kSingleGpu);
+  EXPECT_EQ(rep.plan->topology_mode, TopologyMode::kSingle);
   EXPECT_EQ(rep.plan->gpus.at(0).uuid, test::kUuid1);
   // The default pipe check depends on this machine; it is never "fail".
   ASSERT_TRUE(check(rep, "default-pipe"));
@@ -260,7 +260,7 @@ TEST_F(StatusTest, DoctorFailsOnABadSelector) {
   EXPECT_FALSE(rep.ok());
   rep = doctor(d.services, d.tools, store, std::string("per-gpu:0,3"), StatusQuery{});
   EXPECT_EQ(check(rep, "topology")->status, CheckStatus::kOk);
-  EXPECT_EQ(rep.plan->topology_mode, kTaskPerGpu);
+  EXPECT_EQ(rep.plan->topology_mode, TopologyMode::kPerGpu);
 }
 
 TEST_F(StatusTest, DoctorWarnsOnAStaleRecordAndNotesALiveOne) {

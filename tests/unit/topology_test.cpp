@@ -19,12 +19,12 @@ std::vector<std::string> uuids(const TopologyPlan& p) {
 
 TEST(ResolveTopology, NoSelectorWithOneVisibleGpuIsSingleGpu) {
   auto plan = resolve_topology(std::nullopt, std::string("2"), four_gpus());
-  EXPECT_EQ(plan.topology_mode, kSingleGpu);
+  EXPECT_EQ(plan.topology_mode, TopologyMode::kSingle);
   EXPECT_EQ(uuids(plan), (std::vector<std::string>{test::kUuid2}));
   EXPECT_EQ(plan.selector, "");
   // An empty selector is the same as none; a one-GPU host needs no mask.
   auto one = resolve_topology(std::string(""), std::nullopt, {four_gpus()[1]});
-  EXPECT_EQ(one.topology_mode, kSingleGpu);
+  EXPECT_EQ(one.topology_mode, TopologyMode::kSingle);
   EXPECT_EQ(uuids(one), (std::vector<std::string>{test::kUuid1}));
 }
 
@@ -43,7 +43,7 @@ TEST(ResolveTopology, NoSelectorWithSeveralVisibleGpusListsThem) {
 TEST(ResolveTopology, IndexUuidOrPrefixSelectsOneGpu) {
   for (const std::string& sel : std::vector<std::string>{"3", test::kUuid3, "0F0E0D0C-1234-5678-9abc-def012345678", "GPU-0f0e", "0f0e0d0c"}) {
     auto plan = resolve_topology(sel, std::nullopt, four_gpus());
-    EXPECT_EQ(plan.topology_mode, kSingleGpu) << sel;
+    EXPECT_EQ(plan.topology_mode, TopologyMode::kSingle) << sel;
     EXPECT_EQ(uuids(plan), (std::vector<std::string>{test::kUuid3})) << sel;
     EXPECT_EQ(plan.selector, sel);
   }
@@ -51,19 +51,19 @@ TEST(ResolveTopology, IndexUuidOrPrefixSelectsOneGpu) {
 
 TEST(ResolveTopology, SeveralGpusAreOneMultiGpuDaemon) {
   auto plan = resolve_topology(std::string("2,0"), std::nullopt, four_gpus());
-  EXPECT_EQ(plan.topology_mode, kSingleTaskMultiGpu);
+  EXPECT_EQ(plan.topology_mode, TopologyMode::kSingleTaskMulti);
   EXPECT_EQ(uuids(plan), (std::vector<std::string>{test::kUuid2, test::kUuid0}));
   plan = resolve_topology(std::string("1," + test::kUuid3), std::nullopt, four_gpus());
-  EXPECT_EQ(plan.topology_mode, kSingleTaskMultiGpu);
+  EXPECT_EQ(plan.topology_mode, TopologyMode::kSingleTaskMulti);
   EXPECT_EQ(uuids(plan), (std::vector<std::string>{test::kUuid1, test::kUuid3}));
 }
 
 TEST(ResolveTopology, PerGpuIsTaskPerGpuEvenForOneGpu) {
   auto plan = resolve_topology(std::string("per-gpu:0,1"), std::nullopt, four_gpus());
-  EXPECT_EQ(plan.topology_mode, kTaskPerGpu);
+  EXPECT_EQ(plan.topology_mode, TopologyMode::kPerGpu);
   EXPECT_EQ(uuids(plan), (std::vector<std::string>{test::kUuid0, test::kUuid1}));
   plan = resolve_topology(std::string("per-gpu:2"), std::nullopt, four_gpus());
-  EXPECT_EQ(plan.topology_mode, kTaskPerGpu);
+  EXPECT_EQ(plan.topology_mode, TopologyMode::kPerGpu);
   EXPECT_EQ(uuids(plan), (std::vector<std::string>{test::kUuid2}));
   EXPECT_THROW(resolve_topology(std::string("per-gpu:"), std::nullopt, four_gpus()), CudaMpsError);
 }
@@ -99,7 +99,7 @@ TEST(DefaultDaemonName, UsesTheFirstEightHexDigits) {
   auto gpus = four_gpus();
   EXPECT_EQ(default_daemon_name({gpus[0]}), "gpu-7fdaf0a5");
   EXPECT_EQ(default_daemon_name({gpus[2], gpus[0]}), "multi-9a8b7c6d-7fdaf0a5");
-  EXPECT_EQ(kTopologyModes, (std::vector<std::string>{"single_gpu", "single_task_multi_gpu", "task_per_gpu"}));
+  EXPECT_EQ(topology_mode_words(), (std::vector<std::string>{"single_gpu", "single_task_multi_gpu", "task_per_gpu"}));
 }
 
 }  // namespace
