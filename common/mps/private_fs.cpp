@@ -105,9 +105,10 @@ std::string describe(const MountEntry& m) {
 
 // The mount id /proc/self/fdinfo gives for `fd` (-1 when unknown).
 int mount_id_of(int fd) {
-  const auto text = read_proc_file(fmt::format("/proc/self/fdinfo/{}", fd), 64 << 10);
+  // The text outlives the views split_lines returns into it.
+  const std::string text = read_proc_file(fmt::format("/proc/self/fdinfo/{}", fd), 64 << 10).value_or("");
   int id = -1;
-  for (std::string_view line : split_lines(text.value_or(""))) {
+  for (std::string_view line : split_lines(text)) {
     if (!line.starts_with("mnt_id:")) continue;
     std::string_view v = trim(line.substr(7));
     std::from_chars(v.data(), v.data() + v.size(), id);
