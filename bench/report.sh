@@ -287,13 +287,15 @@ EOT
   if [ -f "$ci" ]; then
     echo
     echo "CI on a fresh 2-core machine (\`.ci/run\` on a clean clone; step times as scripts/test printed them in"
-    echo "\`docs/ci-times.csv\`; \"before\" is the clean run issue #21 cites, about 50 minutes in all):"
+    echo "\`docs/ci-times.csv\`; \"before\" is the clean run issue #21 cites, about 50 minutes in all; each"
+    echo "later column is one run, named in the csv's first field):"
     echo
-    echo "| step | before | after |"
-    echo "|---|---:|---:|"
-    awk -F, 'NR > 1 { if (!($4 in seen)) { seen[$4] = 1; order[++n] = $4 } v[$1, $4] = $5; if ($1 == "after") c = $3 }
-      END { for (i = 1; i <= n; i++) { s = order[i]; b = ((("before", s) in v) ? v["before", s] " s" : "-");
-              a = ((("after", s) in v) ? v["after", s] " s" : "-"); printf "| %s | %s | %s |\n", s, b, a } }' "$ci"
+    # One column per run, in the order the csv names them.
+    awk -F, 'NR > 1 { if (!($4 in seen)) { seen[$4] = 1; order[++n] = $4 } if (!($1 in rs)) { rs[$1] = 1; runs[++m] = $1 } v[$1, $4] = $5 }
+      END { h = "| step"; u = "|---"; for (j = 1; j <= m; j++) { h = h " | " runs[j]; u = u "|---:" } print h " |"; print u "|"
+            for (i = 1; i <= n; i++) { s = order[i]; line = "| " s
+              for (j = 1; j <= m; j++) line = line " | " (((runs[j], s) in v) ? v[runs[j], s] " s" : "-")
+              print line " |" } }' "$ci"
   fi
   [ -f "$units" ] || return 0
   echo
