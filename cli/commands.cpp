@@ -105,6 +105,13 @@ MpsLimits limits_from(const ParsedArgs& a) {
   return l;
 }
 
+// A stale record was found and cleaned, nothing signalled: said on stderr
+// as any error is, with its own exit code.
+int report_stale(const std::string& message) {
+  std::cerr << "unilab-mps: " << message << "\n";
+  return kExitStale;
+}
+
 }  // namespace
 
 // The handlers of the command table (cli/command_table.cpp).
@@ -206,6 +213,7 @@ int cmd_stop(Context& c, const ParsedArgs& a) {
   if (name) check_daemon_name(*name);
   DaemonRecord rec = read_daemon_record(store, name, c.uid, c.host, c.proc);
   StopReport rep = stop_daemon(c.services, c.tools, store, rec, timeout);
+  if (rep.outcome == StopOutcome::kStale) return report_stale(rep.detail);
   if (c.json) {
     print_json(rep.to_json());
   } else {
@@ -233,9 +241,9 @@ int cmd_env(Context& c, const ParsedArgs& a) {
       // Exit 3 means the stale record was cleaned: clean it (nothing is signalled).
       auto errors = remove_owned_directories(rec);
       store.remove(rec.name);
-      throw StaleCudaMpsDaemonError(fmt::format("daemon '{}' (pid {}) is not running; its record{} removed and nothing was "
-                                                "signalled; `unilab-mps start` starts a new one",
-                                                rec.name, rec.pid, errors.empty() ? " and directories were" : " was"));
+      return report_stale(fmt::format("daemon '{}' (pid {}) is not running; its record{} removed and nothing was "
+                                      "signalled; `unilab-mps start` starts a new one",
+                                      rec.name, rec.pid, errors.empty() ? " and directories were" : " was"));
     }
     env = environment_for_daemon(rec);
   }

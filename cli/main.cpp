@@ -22,9 +22,6 @@ int main(int argc, char** argv) {
     std::string help = e.command().empty() ? "unilab-mps --help" : "unilab-mps " + e.command() + " --help";
     std::fprintf(stderr, "unilab-mps: %s (see `%s`)\n", e.what(), help.c_str());
     return cli::kExitUsage;
-  } catch (const StaleCudaMpsDaemonError& e) {
-    std::fprintf(stderr, "unilab-mps: %s\n", e.what());
-    return cli::kExitStale;
   } catch (const CudaMpsError& e) {
     std::fprintf(stderr, "unilab-mps: %s\n", e.what());
     return cli::kExitError;

@@ -55,13 +55,8 @@ struct DaemonDirectories {
 };
 DaemonDirectories daemon_directories(const std::string& base, const std::string& name);
 
-struct StartRequest {
-  std::string name;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string host;
-  TopologyMode topology_mode = TopologyMode::kSingle;
-  std::vector<std::string> gpu_uuids;  // display form
+// A start: the daemon's spec (recorded as it is) and how to make it.
+struct StartRequest : DaemonSpec {
   // Default layout: daemon_directories(base_directory, entry()), that entry
   // created 0700 for the user and removed on stop. Explicit pipe/log
   // directories replace it.
@@ -73,10 +68,6 @@ struct StartRequest {
   const std::string& entry() const { return directory_name.empty() ? name : directory_name; }
   std::optional<std::string> pipe_directory;
   std::optional<std::string> log_directory;
-  std::optional<std::string> job_id;
-  std::optional<SlurmBinding> slurm;
-  MpsLimits limits;
-  std::optional<ContainmentPlan> containment;  // recorded for the task path
   // cgroup.procs files the daemon is born in (root only; Command::cgroups):
   // the job's own cgroups where they exist at launch, else a root-owned
   // holding cgroup the job's cgroups later take over.
@@ -135,18 +126,16 @@ struct StopReport {
 // start ticks), `quit` through its own pipe as its user, then - re-verified
 // before each signal - SIGTERM and SIGKILL, all within `stop_timeout`; then
 // removes its dirs and record. A record whose process is gone or whose PID
-// now names another process is cleaned, nothing is signalled, and
-// StaleCudaMpsDaemonError is thrown. A daemon still alive after SIGKILL is a
-// CudaMpsError and its record is kept.
+// now names another process is cleaned, nothing is signalled, and the
+// outcome is kStale (the detail says so in one line). A daemon still alive
+// after SIGKILL is a CudaMpsError and its record is kept.
 StopReport stop_daemon(Services& s, const Tools& tools, RecordStore& store, const DaemonRecord& record,
                        std::chrono::milliseconds stop_timeout);
 
-// One stop of stop_daemons: a report, or the error (stale: the daemon was
-// already gone, StaleCudaMpsDaemonError's message).
+// One stop of stop_daemons: a report (a stale record's too), or the error.
 struct StopAttempt {
   std::optional<StopReport> report;
   std::string error;
-  bool stale = false;
 };
 // How far past its stop_timeout a stop can run: the last wait after SIGKILL
 // (1 s) and the leftover sweep (1 s).
@@ -161,7 +150,7 @@ struct StopAllResult {
   std::vector<std::string> errors;  // one line each
   bool ok() const { return errors.empty(); }
 };
-// stop_daemons for every in-scope record (stale ones reported as "stale").
+// stop_daemons for every in-scope record (stale ones among the stopped, as "stale").
 StopAllResult stop_all_daemons(Services& s, const Tools& tools, RecordStore& store, uid_t uid,
                                const std::string& host, std::chrono::milliseconds stop_timeout);
 

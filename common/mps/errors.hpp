@@ -13,11 +13,4 @@ class CudaMpsError : public std::runtime_error {
   explicit CudaMpsError(const std::string& message) : std::runtime_error(message) {}
 };
 
-// A recorded daemon identity is no longer live; its record was cleaned and
-// its PID was not signalled.
-class StaleCudaMpsDaemonError : public CudaMpsError {
- public:
-  explicit StaleCudaMpsDaemonError(const std::string& message) : CudaMpsError(message) {}
-};
-
 }  // namespace unilab::mps

@@ -66,16 +66,31 @@ struct ContainmentPlan {
   bool operator==(const ContainmentPlan&) const = default;
 };
 
-struct DaemonRecord {
-  static constexpr int kSchemaVersion = 1;
-
-  int schema_version = kSchemaVersion;
+// What a daemon is for: who, where, which GPUs, which job, with which
+// limits. Asked for by a start (StartRequest) and kept by the record
+// (DaemonRecord): both are one, so the start copies it in one piece.
+struct DaemonSpec {
   std::string name;
   uid_t uid = 0;
   gid_t gid = 0;
   std::string host;
   TopologyMode topology_mode = TopologyMode::kSingle;
   std::vector<std::string> gpu_uuids;  // display form
+  std::optional<std::string> job_id;
+  std::optional<SlurmBinding> slurm;
+  MpsLimits limits;
+  // Slurm jobs on nodes that contain them: the cgroup the daemon must be in
+  // before a task may use it (absent: not contained, e.g. no cgroup plugin).
+  std::optional<ContainmentPlan> containment;
+  bool operator==(const DaemonSpec&) const = default;
+};
+
+// A daemon's spec and what its start found and made: the process it is, its
+// directories, when and on which boot.
+struct DaemonRecord : DaemonSpec {
+  static constexpr int kSchemaVersion = 1;
+
+  int schema_version = kSchemaVersion;
   std::string pipe_directory;
   std::string log_directory;
   pid_t pid = 0;                       // 0 while starting
@@ -83,13 +98,7 @@ struct DaemonRecord {
   double created_at = 0;
   std::string boot_id;
   RecordState state = RecordState::kRunning;
-  std::optional<std::string> job_id;
-  std::optional<SlurmBinding> slurm;
-  MpsLimits limits;
   std::vector<std::string> owned_directories;  // removed on stop
-  // Slurm jobs on nodes that contain them: the cgroup the daemon must be in
-  // before a task may use it (absent: not contained, e.g. no cgroup plugin).
-  std::optional<ContainmentPlan> containment;
 
   ProcessIdentity identity() const { return {pid, process_start_ticks, boot_id, uid}; }
   nlohmann::json to_json() const;

@@ -54,6 +54,9 @@ RecordStore slurm_record_store(const PluginConfig& cfg);
 
 // Record names: job<ID>.<node>.gpu<GRES index> (auto) or job<ID>.<node>.multi.
 std::string job_daemon_name(const std::string& job_id, const std::string& node, const std::string& suffix);
+// The spec every daemon of the job on this node starts from: that name,
+// the job's user, node and id (the rest is the prolog's to fill in).
+DaemonSpec job_daemon_spec(const JobContext& job, const std::string& suffix);
 // Whether `name` is one of those names for job `job_id` on `node` (exactly:
 // node "n1" never matches a daemon of node "n1.x").
 bool is_job_daemon_name(const std::string& name, const std::string& job_id, const std::string& node);

@@ -31,23 +31,18 @@ namespace unilab::mps {
 
 namespace {
 
-// What the prolog would have recorded for run-dir entry `entry` (record
-// name `name`), from the configuration and the job's own (Slurm-given)
-// identity only, as a "starting" record: stop_daemon then finds the daemon
-// through its pid file, verified by /proc (uid and pipe directory), never
-// through a stored pid.
-DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const std::string& name, const std::string& entry) {
+// What the prolog would have recorded for run-dir entry `entry` (its
+// record-name suffix `suffix`), from the configuration and the job's own
+// (Slurm-given) identity only (job_daemon_spec), as a "starting" record:
+// stop_daemon then finds the daemon through its pid file, verified by /proc
+// (uid and pipe directory), never through a stored pid.
+DaemonRecord orphan_record(const PluginConfig& cfg, const JobContext& job, const std::string& suffix, const std::string& entry) {
   DaemonRecord r;
-  r.name = name;
-  r.uid = job.uid;
-  r.gid = job.gid;
-  r.host = job.node;
-  r.topology_mode = TopologyMode::kSingle;
+  static_cast<DaemonSpec&>(r) = job_daemon_spec(job, suffix);
   const DaemonDirectories dirs = daemon_directories(cfg.run_dir, entry);
   r.pipe_directory = dirs.pipe;
   r.log_directory = dirs.log;
   r.state = RecordState::kStarting;
-  r.job_id = job.job_id;
   r.owned_directories = {dirs.root};
   return r;
 }
@@ -102,8 +97,8 @@ void add_orphan_targets(const PluginConfig& cfg, const JobContext& job, const st
   for (const auto& entry : run_dir_entries(cfg, job, out)) {
     auto suffix = job_run_entry_suffix(entry, job.job_id, job.node);
     if (covered.count(entry) || !suffix) continue;
-    const std::string name = job_daemon_name(job.job_id, job.node, *suffix);
-    CleanTarget t{orphan_record(cfg, job, name, entry), true, "no record", false};
+    CleanTarget t{orphan_record(cfg, job, *suffix, entry), true, "no record", false};
+    const std::string& name = t.record.name;
     if (auto why = untrusted.find(name); why != untrusted.end()) {
       t.record_note = fmt::format("record {}/{}{} not trusted: {}", store_root, name, ext, why->second);
       t.had_record = true;
@@ -115,15 +110,15 @@ void add_orphan_targets(const PluginConfig& cfg, const JobContext& job, const st
 
 void report_stop(const JobContext& job, const CleanTarget& t, const StopAttempt& a, EpilogOutcome& out) {
   if (!a.report) {
-    if (!a.stale) {
-      out.errors.push_back(a.error);
-      return;
-    }
-    out.warnings.push_back(a.error);
-    if (!t.orphan) out.stopped.push_back({t.record.name, t.record.pid, StopOutcome::kStale, a.error});
+    out.errors.push_back(a.error);
     return;
   }
   const StopReport& rep = *a.report;
+  if (rep.outcome == StopOutcome::kStale) {
+    out.warnings.push_back(rep.detail);
+    if (!t.orphan) out.stopped.push_back({t.record.name, t.record.pid, StopOutcome::kStale, rep.detail});
+    return;
+  }
   const std::string removed = t.had_record ? " and record" : "";
   if (t.orphan && rep.outcome == StopOutcome::kNotStarted) {
     out.warnings.push_back(fmt::format("{} of job {} ({}): no daemon runs there; directory{} removed", t.record.owned_directories[0],

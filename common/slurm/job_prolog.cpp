@@ -72,17 +72,13 @@ std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobC
   for (const auto& group : groups) {
     StartRequest sr;
     const std::string suffix = req.mode == JobMode::kMulti ? "multi" : fmt::format("gpu{}", group[0]);
-    sr.name = job_daemon_name(job.job_id, job.node, suffix);
+    static_cast<DaemonSpec&>(sr) = job_daemon_spec(job, suffix);
     sr.directory_name = job_run_entry(job.job_id, job.node, suffix);
-    sr.uid = job.uid;
-    sr.gid = job.gid;
-    sr.host = job.node;
     sr.topology_mode = group.size() > 1     ? TopologyMode::kSingleTaskMulti
                        : groups.size() > 1 ? TopologyMode::kPerGpu
                                            : TopologyMode::kSingle;
     for (int idx : group) sr.gpu_uuids.push_back(node_gpus[static_cast<size_t>(idx)].uuid);
     sr.base_directory = cfg.run_dir;
-    sr.job_id = job.job_id;
     sr.slurm = SlurmBinding{job.job_id, job.node, req.mode, group, node_gpus};
     sr.limits = req.limits;
     sr.containment = plan;

@@ -95,6 +95,16 @@ std::string job_daemon_name(const std::string& job_id, const std::string& node, 
   return name;
 }
 
+DaemonSpec job_daemon_spec(const JobContext& job, const std::string& suffix) {
+  DaemonSpec spec;
+  spec.name = job_daemon_name(job.job_id, job.node, suffix);
+  spec.uid = job.uid;
+  spec.gid = job.gid;
+  spec.host = job.node;
+  spec.job_id = job.job_id;
+  return spec;
+}
+
 namespace {
 
 // "gpuN" (N decimal digits) or "multi": the suffixes a record name may end in.
