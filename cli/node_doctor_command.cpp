@@ -1,5 +1,5 @@
 // `unilab-mps doctor --node`: is this Slurm node ready for --unilab-mps jobs?
-// The checks live in common/slurm/node_doctor.cpp; this file picks the inputs and prints.
+// The checks live in common/slurm (node_facts.cpp gathers, node_checks*.cpp check, node_doctor.cpp reports); this file picks the inputs and prints.
 #include <pwd.h>
 #include <unistd.h>
 
