@@ -10,6 +10,7 @@
 #include "common/mps/mps_control.hpp"
 #include "common/mps/nvidia_checks.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/mps/text.hpp"
 #include "common/slurm/config_text.hpp"
 #include "common/slurm/job.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
@@ -32,67 +33,145 @@ std::chrono::milliseconds seconds(const std::string& key, const std::string& val
   }
 }
 
+// One parse in progress: the config, and what the keys given so far said
+// that needs the whole line (driver_dir= against nvidia_smi=/mps_control=).
+struct ArgParse {
+  PluginConfig cfg;
+  std::optional<std::string> driver_dir;
+  bool nvidia_smi_given = false;
+  bool mps_control_given = false;
+};
+
+// A plugin argument: its key, its default as the docs show it (computed from
+// a default PluginConfig, so docs and code cannot disagree), its meaning in
+// README.md's words and in docs/ADMIN.md's, and what its value does.
+struct PluginArgSpec {
+  std::string_view key;
+  std::string (*default_cell)(const PluginConfig& defaults);
+  std::string_view brief;
+  std::string_view full;
+  void (*apply)(ArgParse& p, const std::string& key, const std::string& value);
+};
+
+std::string code(const std::string& s) { return "`" + s + "`"; }
+std::string none(const PluginConfig&) { return "none"; }
+std::string whole_seconds(std::chrono::milliseconds ms) { return code(std::to_string(ms.count() / 1000)); }
+
+void set_dir_size(ArgParse& p, const std::string&, const std::string& value) {
+  if (value == "off") {
+    p.cfg.dir_size.reset();
+    return;
+  }
+  unsigned long long bytes = parse_size_bytes(value);
+  if (bytes < (1ULL << 20)) throw CudaMpsError(fmt::format("plugin argument dir_size={}: give at least 1M, or off", value));
+  p.cfg.dir_size = PrivateFsLimits{bytes, PrivateFsLimits{}.inodes};
+}
+
+void set_contain(ArgParse& p, const std::string&, const std::string& value) {
+  if (value != "auto" && value != "off") {
+    throw CudaMpsError(fmt::format("plugin argument contain={}: use auto (the daemon joins the job's cgroup where the "
+                                   "site uses cgroups) or off",
+                                   value));
+  }
+  p.cfg.contain = value;
+}
+
+// Every plugin argument, in the order the docs list them.
+const PluginArgSpec kPluginArgs[] = {
+    {"state_dir", [](const PluginConfig& d) { return code(d.state_dir); },
+     "root-owned records (0755 dir, 0644 files: tasks read them)",
+     "records of the job daemons (root, 0755 dir, 0644 files: tasks read them as the job user). `unilab-mps status --job` reads "
+     "it from plugstack.conf",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.state_dir = absolute_path(k, v); }},
+    {"run_dir", [](const PluginConfig& d) { return code(d.run_dir); },
+     "parent of per-daemon `pipe/` and `log/` dirs (0700, owned by the job user); at most 64 characters (the daemon's sockets "
+     "must fit a UNIX socket address)",
+     "parent of each daemon's `pipe/` and `log/` dirs (`<run_dir>/<ID>.<GRES index>.<node tag>/`, `<ID>.m.<node tag>` for "
+     "multi, 0700, owned by the job user). At most 64 characters, checked at load: the daemon's "
+     "`<run_dir>/<dir>/pipe/control_privileged` must fit the 107 bytes of a UNIX socket address for any job id and node name",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.run_dir = absolute_path(k, v); }},
+    {"nvidia_smi", [](const PluginConfig& d) { return code(d.tools.nvidia_smi); }, "absolute path (the prolog has no PATH)",
+     "absolute path (the prolog has no `PATH`)",
+     [](ArgParse& p, const std::string& k, const std::string& v) {
+       p.cfg.tools.nvidia_smi = absolute_path(k, v);
+       p.nvidia_smi_given = true;
+     }},
+    {"mps_control", [](const PluginConfig& d) { return code(d.tools.mps_control); }, "absolute path", "absolute path",
+     [](ArgParse& p, const std::string& k, const std::string& v) {
+       p.cfg.tools.mps_control = absolute_path(k, v);
+       p.mps_control_given = true;
+     }},
+    {"driver_dir", none,
+     "the driver's folder when its tools and libraries are not in `/usr/bin` and the linker path (containers: "
+     "`/usr/local/nvidia`). `nvidia-smi` and the daemon then run with `DIR/bin` first in `PATH` and `LD_LIBRARY_PATH=DIR/lib64`, "
+     "and are `DIR/bin/...` unless `nvidia_smi=`/`mps_control=` say otherwise",
+     "where the driver keeps `bin/` and `lib64/` when that is not `/usr/bin` and the linker path (containers: "
+     "`/usr/local/nvidia`). `nvidia-smi` and the daemon run with `DIR/bin` first in `PATH` and `LD_LIBRARY_PATH=DIR/lib64`; the "
+     "two tools default to `DIR/bin/...` (`nvidia_smi=`/`mps_control=` still win). `doctor --node` names the folder when it "
+     "finds `nvidia-smi` there but not where configured",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.driver_dir = absolute_path(k, v); }},
+    {"gres_conf", [](const PluginConfig&) { return std::string("`gres.conf` next to `SLURM_CONF`"); },
+     "where GRES indices are mapped to device files", "where GRES indices are mapped to device files",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.gres_conf = absolute_path(k, v); }},
+    {"start_timeout", [](const PluginConfig& d) { return whole_seconds(d.start_timeout); },
+     "seconds the job's daemons (started at once) have to answer before the prolog fails",
+     "seconds the job's daemons, started at once, have to answer before the prolog fails (and the node drains)",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.start_timeout = seconds(k, v); }},
+    {"stop_timeout", [](const PluginConfig& d) { return whole_seconds(d.stop_timeout); },
+     "seconds for quit → SIGTERM → SIGKILL in the epilog (the job's daemons at once)",
+     "seconds for `quit` → SIGTERM → SIGKILL in the epilog; the job's daemons are stopped at once, so this bounds the whole "
+     "epilog",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.stop_timeout = seconds(k, v); }},
+    {"max_threads", none, "site maximum for `--unilab-mps-threads`",
+     "site maximum for `--unilab-mps-threads` (percent, (0, 100])",
+     [](ArgParse& p, const std::string&, const std::string& v) { p.cfg.max_threads = parse_thread_percentage(v, std::nullopt); }},
+    {"default_threads", none, "active thread percentage when the user gives none",
+     "active thread percentage of every MPS job that gives none (≤ `max_threads`)",
+     [](ArgParse& p, const std::string&, const std::string& v) { p.cfg.default_threads = parse_thread_percentage(v, std::nullopt); }},
+    {"max_mem", none, "site maximum for `--unilab-mps-mem` (e.g. `40G`)",
+     "site maximum for `--unilab-mps-mem`, e.g. `40G` (integer + K/M/G/T, or bytes)",
+     [](ArgParse& p, const std::string&, const std::string& v) { p.cfg.max_mem_bytes = parse_size_bytes(v); }},
+    {"contain", [](const PluginConfig& d) { return code(d.contain); },
+     "`auto`: on cgroup nodes the daemon joins the job's extern-step cgroup (needs `PrologFlags=Contain`, or `RunInJob` on "
+     "24.05+, where `ConstrainDevices=yes`); `off`: never",
+     "`auto`: on nodes that use cgroups (`ConstrainDevices=yes` or `ProctrackType=proctrack/cgroup`) each daemon joins the job's "
+     "extern-step cgroup (section 2, \"Containment\"); `off`: never (the daemon then runs in slurmd's cgroup)",
+     set_contain},
+    {"dir_size", [](const PluginConfig& d) { return code(std::to_string(d.dir_size->bytes >> 20) + "M"); },
+     "each daemon dir is its own tmpfs of this size; `off`: plain dirs under `run_dir`",
+     "each daemon's directory `<run_dir>/<name>` is its own tmpfs of this size (4096 inodes); `off`: plain directories on the "
+     "run dir's file system",
+     set_dir_size},
+};
+
+const PluginArgSpec* find_plugin_arg(std::string_view key) {
+  for (const auto& spec : kPluginArgs) {
+    if (spec.key == key) return &spec;
+  }
+  return nullptr;
+}
+
+std::string known_keys() {
+  std::vector<std::string> keys;
+  for (const auto& spec : kPluginArgs) keys.emplace_back(spec.key);
+  return "known keys: " + join(keys, ", ");
+}
+
 }  // namespace
 
 PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
-  PluginConfig cfg;
-  bool nvidia_smi_given = false, mps_control_given = false;
-  std::optional<std::string> driver_dir;
+  ArgParse p;
   for (const auto& arg : args) {
     auto eq = arg.find('=');
-    if (eq == std::string::npos) {
-      throw CudaMpsError(fmt::format("plugin argument '{}' is not key=value (known keys: state_dir, run_dir, nvidia_smi, "
-                                     "mps_control, driver_dir, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
-                                     arg));
-    }
+    if (eq == std::string::npos) throw CudaMpsError(fmt::format("plugin argument '{}' is not key=value ({})", arg, known_keys()));
     std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
-    if (key == "state_dir") {
-      cfg.state_dir = absolute_path(key, value);
-    } else if (key == "run_dir") {
-      cfg.run_dir = absolute_path(key, value);
-    } else if (key == "nvidia_smi") {
-      cfg.tools.nvidia_smi = absolute_path(key, value);
-      nvidia_smi_given = true;
-    } else if (key == "mps_control") {
-      cfg.tools.mps_control = absolute_path(key, value);
-      mps_control_given = true;
-    } else if (key == "driver_dir") {
-      driver_dir = absolute_path(key, value);
-    } else if (key == "gres_conf") {
-      cfg.gres_conf = absolute_path(key, value);
-    } else if (key == "start_timeout") {
-      cfg.start_timeout = seconds(key, value);
-    } else if (key == "stop_timeout") {
-      cfg.stop_timeout = seconds(key, value);
-    } else if (key == "max_threads") {
-      cfg.max_threads = parse_thread_percentage(value, std::nullopt);
-    } else if (key == "default_threads") {
-      cfg.default_threads = parse_thread_percentage(value, std::nullopt);
-    } else if (key == "max_mem") {
-      cfg.max_mem_bytes = parse_size_bytes(value);
-    } else if (key == "dir_size") {
-      if (value == "off") {
-        cfg.dir_size.reset();
-      } else {
-        unsigned long long bytes = parse_size_bytes(value);
-        if (bytes < (1ULL << 20)) throw CudaMpsError(fmt::format("plugin argument dir_size={}: give at least 1M, or off", value));
-        cfg.dir_size = PrivateFsLimits{bytes, PrivateFsLimits{}.inodes};
-      }
-    } else if (key == "contain") {
-      if (value != "auto" && value != "off") {
-        throw CudaMpsError(fmt::format("plugin argument contain={}: use auto (the daemon joins the job's cgroup where the "
-                                       "site uses cgroups) or off",
-                                       value));
-      }
-      cfg.contain = value;
-    } else {
-      throw CudaMpsError(fmt::format("unknown plugin argument '{}' (known keys: state_dir, run_dir, nvidia_smi, mps_control, "
-                                     "driver_dir, gres_conf, start_timeout, stop_timeout, max_threads, max_mem, default_threads, contain, dir_size)",
-                                     key));
-    }
+    const PluginArgSpec* spec = find_plugin_arg(key);
+    if (spec == nullptr) throw CudaMpsError(fmt::format("unknown plugin argument '{}' ({})", key, known_keys()));
+    spec->apply(p, key, value);
   }
+  PluginConfig& cfg = p.cfg;
   // After the loop: nvidia_smi= / mps_control= win whatever their order.
-  if (driver_dir) apply_driver_dir(cfg.tools, *driver_dir, nvidia_smi_given, mps_control_given);
+  if (p.driver_dir) apply_driver_dir(cfg.tools, *p.driver_dir, p.nvidia_smi_given, p.mps_control_given);
   if (cfg.default_threads && cfg.max_threads && *cfg.default_threads > *cfg.max_threads) {
     throw CudaMpsError("plugin argument default_threads exceeds max_threads");
   }
@@ -104,6 +183,16 @@ PluginConfig parse_plugin_args(const std::vector<std::string>& args) {
                                    cfg.run_dir, cfg.run_dir.size(), max_run_dir_length()));
   }
   return cfg;
+}
+
+std::string plugin_args_table(PluginArgWords words) {
+  const PluginConfig defaults;
+  std::string out = "| key | default | meaning |\n|---|---|---|\n";
+  for (const auto& spec : kPluginArgs) {
+    out += fmt::format("| `{}=` | {} | {} |\n", spec.key, spec.default_cell(defaults),
+                       words == PluginArgWords::kBrief ? spec.brief : spec.full);
+  }
+  return out;
 }
 
 std::vector<std::string> plugin_args_from_config(std::string_view text, const std::string& file) {

@@ -31,7 +31,14 @@ struct PluginConfig {
 };
 
 // Parses plugin arguments; throws CudaMpsError naming the bad argument.
+// The keys are one table (slurm_config.cpp), which also writes the docs'.
 PluginConfig parse_plugin_args(const std::vector<std::string>& args);
+
+// That table as Markdown (key, default, meaning), in README.md's brief words
+// or docs/ADMIN.md's full ones; tests/lint/plugin_args_docs.sh holds both
+// documents to it.
+enum class PluginArgWords { kBrief, kFull };
+std::string plugin_args_table(PluginArgWords words);
 
 // The plugin arguments a config file holds (the prolog/epilog helpers'
 // --config): Slurm's config syntax (config_text.hpp), any number of

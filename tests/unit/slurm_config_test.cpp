@@ -63,6 +63,27 @@ TEST(ParsePluginArgs, ContainIsAutoOrOff) {
   }
 }
 
+TEST(PluginArgsTable, ListsEveryKeyTheParserKnowsWithTheParsersDefaults) {
+  const std::string unknown = error_of([] { parse_plugin_args({"nosuchkey=1"}); });
+  for (auto words : {PluginArgWords::kBrief, PluginArgWords::kFull}) {
+    const std::string table = plugin_args_table(words);
+    size_t rows = 0;
+    for (size_t at = table.find("\n| `"); at != std::string::npos; at = table.find("\n| `", at + 1)) {
+      const size_t key_end = table.find("=`", at);
+      ASSERT_NE(key_end, std::string::npos) << table;
+      const std::string key = table.substr(at + 4, key_end - at - 4);
+      EXPECT_NE(unknown.find(key), std::string::npos) << key << " is in the table but not in: " << unknown;
+      ++rows;
+    }
+    EXPECT_EQ(rows, 13u) << table;
+    EXPECT_NE(table.find("| `start_timeout=` | `15` |"), std::string::npos) << table;
+    EXPECT_NE(table.find("| `dir_size=` | `64M` |"), std::string::npos) << table;
+    EXPECT_NE(table.find("| `state_dir=` | `/run/unilab-mps` |"), std::string::npos) << table;
+    EXPECT_NE(table.find("| `max_threads=` | none |"), std::string::npos) << table;
+  }
+  EXPECT_NE(plugin_args_table(PluginArgWords::kBrief), plugin_args_table(PluginArgWords::kFull));
+}
+
 TEST(ParsePluginArgs, UnknownKeyIsAnErrorNamingIt) {
   std::string e = error_of([] { parse_plugin_args({"state_dir=/x", "statedir=/y"}); });
   EXPECT_NE(e.find("'statedir'"), std::string::npos) << e;
