@@ -13,12 +13,11 @@
 # Usage: tests/e2e/admin_e2e.sh BUILD_DIR     (root; prints "N passed, M failed")
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib.sh"
+. "$here/e2e_lib.sh"  # with tests/lib.sh and cluster.sh
 MIN_CHECKS=60
-. "$here/cluster.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18500}
-[ "$(id -u)" -eq 0 ] || { echo "admin_e2e: run as root" >&2; exit 1; }
+require_root
 
 WORK=$(mktemp -d /tmp/uadm.XXXXXX)  # short: run_dir/.../pipe/control_privileged must fit 107 bytes
 chmod 755 "$WORK"
@@ -35,14 +34,6 @@ teardown() {
 }
 trap teardown EXIT
 
-last_job() { squeue -h -o %i -t all 2>/dev/null | sort -n | tail -1; }
-job_of() { printf '%s' "$1" | sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' | head -n1; }
-# wait_for SECONDS CMD...: until CMD succeeds
-wait_for() {
-  local limit=$1 i; shift
-  for ((i = 0; i < limit * 10; i++)); do "$@" && return 0; sleep 0.1; done
-  return 1
-}
 # Line number of the first line of FILE matching REGEX (0 when none).
 first_line() { local n; n=$(grep -n -m1 -E "$2" "$1" 2>/dev/null | cut -d: -f1); echo "${n:-0}"; }
 

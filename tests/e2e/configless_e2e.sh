@@ -12,8 +12,7 @@
 # Usage: tests/e2e/configless_e2e.sh BUILD_DIR [plain] [cgroup]   (root)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib.sh"
-. "$here/cluster.sh"
+. "$here/e2e_lib.sh"  # with tests/lib.sh and cluster.sh
 build=$(cd "${1:?usage: $0 BUILD_DIR [plain] [cgroup]}" && pwd)
 shift
 parts=("$@")
@@ -24,17 +23,8 @@ for p in "${parts[@]}"; do
   *) echo "configless_e2e: unknown part '$p' (plain, cgroup)" >&2; exit 2 ;; esac
 done
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-19400}
-[ "$(id -u)" -eq 0 ] || { echo "configless_e2e: run as root" >&2; exit 1; }
-
-STAGE=$(mktemp -d /tmp/ucl.XXXXXX)
-chmod 755 "$STAGE"
-teardown() {
-  cluster_down
-  for pid in $(mps_daemons_under "$STAGE"); do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$STAGE"
-}
-trap teardown EXIT
-stage_binaries "$build" "$STAGE"
+require_root
+make_stage ucl "$build"
 install -m 755 "$here/task_report.sh" "$STAGE/bin/"
 # task_report.sh plus the devices cgroup of the task's daemon.
 cat >"$STAGE/bin/daemon_cgroup.sh" <<'EOS'
@@ -47,10 +37,7 @@ chmod 755 "$STAGE/bin/daemon_cgroup.sh"
 ensure_test_users
 CLI=$STAGE/bin/unilab-mps
 REPORT=$STAGE/bin/task_report.sh
-FAKES=$STAGE/fakes
 export FAKE_CLIENT=$FAKES/fake-cuda-client
-CALL_LOG=$STAGE/calls.log
-printf 'call_log=%s\n' "$CALL_LOG" >"$FAKES/fake.conf"
 EMPTY=$STAGE/empty   # stands in for /etc/slurm where the host has a slurm.conf
 mkdir -p "$EMPTY"
 chmod 755 "$EMPTY"
@@ -83,7 +70,6 @@ u() { # u USER CMD... : submit as USER (as_user: SLURM_CONF of the controller's 
   as_user "$1" env FAKE_CLIENT="$FAKE_CLIENT" "${@:2}"
 }
 field() { printf '%s\n' "$1" | sed -n "s/^$2 $3=//p" | head -n1; }
-last_job() { squeue -h -o %i -t all 2>/dev/null | sort -n | tail -1; }
 gres_uuids() {
   local out=() i
   for i in ${1//,/ }; do out+=("${UUID_BY_GRES[$i]}"); done
@@ -94,14 +80,6 @@ gres_uuids() {
 expect_uuids() {
   if [ -z "$2" ] || [ -z "$3" ]; then fail "$1" "no GRES indices ('$2') or no CUDA_VISIBLE_DEVICES ('$3') reported"; return; fi
   expect_eq "$1" "$(gres_uuids "$2")" "$3"
-}
-
-assert_clean() {
-  local tag=$1 job=$2
-  wait_job_gone "$job" 60 >/dev/null 2>&1
-  expect_eq "$tag: no daemon process of job $job remains" "" "$(mps_daemons_under "$RUN_DIR/$job.")"
-  expect_eq "$tag: no pipe/log dir of job $job remains" "" "$(ls -A "$RUN_DIR" 2>/dev/null | grep "^$job\." || true)"
-  expect_eq "$tag: no record of job $job remains" "" "$(ls -A "$STATE_DIR" 2>/dev/null | grep "^job$job\." || true)"
 }
 
 start_cluster() { # start_cluster MODE

@@ -10,8 +10,7 @@
 # /proc shim of tests/e2e/cgroup2 (README there).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib.sh"
-. "$here/cluster.sh"
+. "$here/e2e_lib.sh"  # with tests/lib.sh and cluster.sh
 build=$(cd "${1:?usage: $0 BUILD_DIR [configs...]}" && pwd)
 shift
 configs=("$@")
@@ -20,27 +19,16 @@ configs=("$@")
 MIN_CHECKS=0
 for c in "${configs[@]}"; do case $c in plain|cgroup|cgroup2) MIN_CHECKS=$((MIN_CHECKS + 70)) ;; multinode) MIN_CHECKS=$((MIN_CHECKS + 8)) ;; esac; done
 
-STAGE=$(mktemp -d /tmp/unilab-e2e-stage.XXXXXX)
-chmod 755 "$STAGE"
-stage_binaries "$build" "$STAGE"
-install -m 755 "$here/task_report.sh" "$STAGE/bin/"
-FAKES=$STAGE/fakes
+require_root
+make_stage unilab-e2e-stage "$build"
+install -m 755 "$here/task_report.sh" "$BIN/"
 export FAKE_CLIENT=$FAKES/fake-cuda-client
-CALL_LOG=$STAGE/calls.log
-printf 'call_log=%s\n' "$CALL_LOG" >"$FAKES/fake.conf"
-REPORT=$STAGE/bin/task_report.sh
+REPORT=$BIN/task_report.sh
 
 # GRES index -> minor (GPU_MINORS "3 1 0 2") -> nvidia-smi GPU (tests/fakes/gpus.csv):
 # every mapping differs, so a wrong one cannot pass.
 UUID_BY_GRES=(GPU-a1b2c3d4-e5f6-4718-9a0b-1c2d3e4f5a6b GPU-0f1e2d3c-4b5a-4697-8877-66554433aa10
               GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60 GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16)
-
-teardown() {
-  cluster_down
-  for pid in $(mps_daemons_under "$STAGE"); do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$STAGE"
-}
-trap teardown EXIT
 
 u() { # u USER CMD... : run as USER with the variables tasks need
   as_user "$1" env FAKE_CLIENT="$FAKE_CLIENT" GPU_DEVS="$GPU_DEVS" "${@:2}"
@@ -48,20 +36,8 @@ u() { # u USER CMD... : run as USER with the variables tasks need
 field() { # field OUTPUT TASK KEY -> value of "TASK KEY=value"
   printf '%s\n' "$1" | sed -n "s/^$2 $3=//p" | head -n1
 }
-job_of() { printf '%s' "$1" | sed -n 's/.*job \([0-9][0-9]*\).*/\1/p;s/^Submitted batch job \([0-9]*\)$/\1/p' | head -n1; }
-last_job() { squeue -h -o %i -t all 2>/dev/null | sort -n | tail -1; }
 
 # After the job: no daemon process, no pipe/log dir, no record of it.
-assert_clean() {
-  local tag=$1 job=$2
-  wait_job_gone "$job" 60 >/dev/null 2>&1
-  local left
-  left=$(for p in $(mps_daemons_under "$RUN_DIR/$job."); do echo "$p"; done)
-  expect_eq "$tag: no daemon process of job $job remains" "" "$left"
-  expect_eq "$tag: no pipe/log dir of job $job remains" "" "$(ls -A "$RUN_DIR" 2>/dev/null | grep "^$job\." || true)"
-  expect_eq "$tag: no record of job $job remains" "" "$(ls -A "$STATE_DIR" 2>/dev/null | grep "^job$job\." || true)"
-}
-
 # Checks one task's report: CVD, daemon user and CVD, pipe dir owner/mode, a client joined.
 assert_task() {
   local tag=$1 out=$2 task=$3 user=$4 want_cvd=$5
@@ -153,7 +129,7 @@ scenario_auto_two_gpus_fails() {
 
 scenario_sbatch() {
   local tag="$MODE sbatch"
-  local script=$STAGE/batch-$MODE.sh outf=/tmp/unilab-e2e-batch-$MODE.out
+  local script=$STAGE/batch-$MODE.sh outf=$OUT/batch-$MODE.out  # the run's own: /tmp is shared with the roots
   rm -f "$outf"
   cat >"$script" <<EOS
 #!/bin/bash
@@ -249,7 +225,7 @@ scenario_scancel() {
     sleep 0.1
   done
   check "$tag: the job's daemon is recorded while it runs" bash -c "ls '$STATE_DIR' | grep -q '^job$job\.'"
-  local dpid; dpid=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' "$STATE_DIR"/job"$job".*.json | head -n1)
+  local dpid; dpid=$(job_daemon_pid "$STATE_DIR" "$job")
   check "$tag: the daemon runs" proc_running "$dpid"
   scancel "$job"
   assert_clean "$tag" "$job"

@@ -11,9 +11,8 @@
 # Env: CLUSTER_PORT_BASE (default 18200), KEEP_CLUSTER_LOGS=1.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib.sh"
+. "$here/e2e_lib.sh"  # with tests/lib.sh and cluster.sh
 MIN_CHECKS=7
-. "$here/cluster.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR [--jobs N] [--batch N]}" && pwd)
 shift
 jobs=200
@@ -27,25 +26,9 @@ while (($#)); do
 done
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-18200}
 
-STAGE=$(mktemp -d /tmp/usk.XXXXXX)  # short: run_dir/.../pipe/control_privileged must fit 107 bytes
-chmod 755 "$STAGE"
-stage_binaries "$build" "$STAGE"
-FAKES=$STAGE/fakes
-printf 'call_log=%s\n' "$STAGE/calls.log" >"$FAKES/fake.conf"
-: >"$STAGE/calls.log"
-chmod 666 "$STAGE/calls.log"
-OUT=$STAGE/out
-mkdir -p "$OUT"
-chmod 1777 "$OUT"
+require_root
+make_stage usk "$build"
 CLIENT=$FAKES/fake-cuda-client
-
-teardown() {
-  cluster_down
-  local p
-  for p in $(mps_daemons_under "$STAGE"); do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$STAGE"
-}
-trap teardown EXIT
 
 ensure_test_users
 CLUSTER_DIR=$STAGE/cluster
@@ -154,7 +137,7 @@ grep -h "unilab-mps" "$CLUSTER_DIR"/log/slurmd*.log | grep -i "error" >"$STAGE/e
 log_errors=$(wc -l <"$STAGE/errors.txt")
 expect_eq "soak: no unilab-mps error in the slurmd log" 0 "$log_errors"
 [ "$log_errors" -eq 0 ] || head -n 5 "$STAGE/errors.txt"
-daemons_started=$(grep -c '^mps-daemon ' "$STAGE/calls.log")
+daemons_started=$(grep -c '^mps-daemon ' "$CALL_LOG")
 expect_eq "soak: one daemon started per job GPU group (no extra, none missing)" "$want_daemons" "$daemons_started"
 
 summary="jobs=$jobs completed=$completed cancelled=$cancelled failed=$failed_jobs clients_joined=$clients daemons_started=$daemons_started wall=${wall}s leftover_daemons=$left_daemons leftover_dirs=$left_dirs leftover_records=$left_records slurmd_log_errors=$log_errors"

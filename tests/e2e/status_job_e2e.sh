@@ -6,22 +6,12 @@
 # without a daemon there. Usage: tests/e2e/status_job_e2e.sh BUILD_DIR (root)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../lib.sh"
-. "$here/cluster.sh"
+. "$here/e2e_lib.sh"  # with tests/lib.sh and cluster.sh
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 MIN_CHECKS=9
 export CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-21100}
-[ "$(id -u)" -eq 0 ] || { echo "status_job_e2e: run as root" >&2; exit 1; }
-
-STAGE=$(mktemp -d /tmp/usj.XXXXXX)
-chmod 755 "$STAGE"
-teardown() {
-  cluster_down
-  for pid in $(mps_daemons_under "$STAGE"); do kill -9 "$pid" 2>/dev/null; done
-  rm -rf "$STAGE"
-}
-trap teardown EXIT
-stage_binaries "$build" "$STAGE"
+require_root
+make_stage usj "$build"
 ensure_test_users
 CLI=$STAGE/bin/unilab-mps
 CLUSTER_DIR=$STAGE/c
