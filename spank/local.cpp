@@ -26,6 +26,12 @@ char kOptMemArg[] = "SIZE";
 char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G; a default the job can change, "
     "not a limit between users).";
 
+char kOptPriority[] = "unilab-mps-priority";
+char kOptPriorityArg[] = "LEVEL";
+char kOptPriorityUsage[] = "With --unilab-mps: CUDA_MPS_CLIENT_PRIORITY of the job's tasks, 0 (normal, the default) or 1 "
+    "(below-normal): the scheduling priority of their work against other clients of the same daemon (a task can set its "
+    "own, it orders only the job's own clients).";
+
 // The option callbacks validate the values at submit (a bad one fails
 // srun/sbatch there); the job's prolog and tasks read them again from the
 // job's SPANK option variables, so nothing is kept here.
@@ -64,6 +70,16 @@ int on_mem(int, const char* optarg, int) {
   }
 }
 
+int on_priority(int, const char* optarg, int) {
+  try {
+    if (auto v = spank_option_value(optarg)) static_cast<void>(parse_client_priority(*v));
+    return 0;
+  } catch (const std::exception& e) {
+    slurm_error("unilab-mps: --unilab-mps-priority: %s", e.what());
+    return -1;
+  }
+}
+
 }  // namespace
 
 int register_options(spank_t sp, int argc, char** argv) {
@@ -77,6 +93,7 @@ int register_options(spank_t sp, int argc, char** argv) {
       {kOptMps, kOptMpsArg, kOptMpsUsage, 2, 0, on_mode},
       {kOptThreads, kOptThreadsArg, kOptThreadsUsage, 1, 0, on_threads},
       {kOptMem, kOptMemArg, kOptMemUsage, 1, 0, on_mem},
+      {kOptPriority, kOptPriorityArg, kOptPriorityUsage, 1, 0, on_priority},
   };
   for (auto& o : opts) {
     if (spank_option_register(sp, &o) != ESPANK_SUCCESS) {

@@ -15,7 +15,7 @@ namespace unilab::mps::spank {
 std::vector<std::string> plugin_args(int argc, char** argv);
 
 // local/allocator (srun, sbatch, salloc) and remote (slurmstepd): register
-// --unilab-mps[=MODE], --unilab-mps-threads, --unilab-mps-mem.
+// --unilab-mps[=MODE], --unilab-mps-threads, --unilab-mps-mem, --unilab-mps-priority.
 int register_options(spank_t sp, int argc, char** argv);
 
 // remote, per task, still root: read the job prolog's failure reason, if any

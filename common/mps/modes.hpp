@@ -23,4 +23,13 @@ inline std::string_view to_string(TopologyMode m) { return kTopologyModeNames.na
 // Every topology mode's word, in table order (status's compatible_topology_modes).
 inline std::vector<std::string> topology_mode_words() { return {kTopologyModeNames.names.begin(), kTopologyModeNames.names.end()}; }
 
+// The MPS client priority of a job's tasks (CUDA_MPS_CLIENT_PRIORITY, read
+// by each client when it starts): NVIDIA's two levels, 0 (normal, the
+// default) and 1 (below normal). Recorded in a record's limits by word.
+enum class ClientPriority { kNormal, kBelowNormal };
+inline constexpr StringTable<ClientPriority, 2> kClientPriorityNames{{"normal", "below-normal"}};
+inline std::string_view to_string(ClientPriority p) { return kClientPriorityNames.name(p); }
+// The value CUDA_MPS_CLIENT_PRIORITY takes.
+inline const char* client_priority_value(ClientPriority p) { return p == ClientPriority::kNormal ? "0" : "1"; }
+
 }  // namespace unilab::mps

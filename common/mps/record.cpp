@@ -118,6 +118,8 @@ nlohmann::json DaemonRecord::to_json() const {
        limits.active_thread_percentage ? nlohmann::json(*limits.active_thread_percentage) : nlohmann::json(nullptr)},
       {"pinned_mem_limit", limits.pinned_mem_limit ? nlohmann::json(*limits.pinned_mem_limit) : nlohmann::json(nullptr)},
   };
+  // Only when given: records of jobs without it stay as they were.
+  if (limits.client_priority) j["limits"]["client_priority"] = std::string(to_string(*limits.client_priority));
   if (slurm) {
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& g : slurm->node_gpus) {
@@ -176,6 +178,12 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
     }
     if (l.contains("pinned_mem_limit") && !l.at("pinned_mem_limit").is_null()) {
       r.limits.pinned_mem_limit = field<std::string>(l, "pinned_mem_limit");
+    }
+    if (l.contains("client_priority") && !l.at("client_priority").is_null()) {
+      const auto word = field<std::string>(l, "client_priority");
+      auto p = kClientPriorityNames.lookup(word);
+      if (!p) throw CudaMpsError(fmt::format("limits.client_priority '{}' is not normal or below-normal", word));
+      r.limits.client_priority = *p;
     }
   }
   if (j.contains("slurm") && !j.at("slurm").is_null()) {

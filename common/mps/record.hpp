@@ -45,10 +45,13 @@ struct SlurmBinding {
   bool operator==(const SlurmBinding&) const = default;
 };
 
-// Per-job MPS limits applied before any client connects.
+// Per-job MPS settings: the daemon's defaults, applied before any client
+// connects (active threads, pinned memory), and what each task's clients
+// get in their environment (client priority).
 struct MpsLimits {
   std::optional<double> active_thread_percentage;
   std::optional<std::string> pinned_mem_limit;  // e.g. "8G", per GPU
+  std::optional<ClientPriority> client_priority;  // CUDA_MPS_CLIENT_PRIORITY of the tasks
   bool operator==(const MpsLimits&) const = default;
 };
 

@@ -97,6 +97,10 @@ std::string render_daemon(const DaemonRecord& r, const nlohmann::json& state) {
   std::vector<std::string> l;
   if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
   if (r.limits.pinned_mem_limit) l.push_back(fmt::format("pinned memory {} per GPU", *r.limits.pinned_mem_limit));
+  if (r.limits.client_priority) {
+    l.push_back(fmt::format("client priority {} (CUDA_MPS_CLIENT_PRIORITY={})", to_string(*r.limits.client_priority),
+                            client_priority_value(*r.limits.client_priority)));
+  }
   if (!l.empty()) out += fmt::format("  {:<24} limits {}\n", "", join(l, ", "));
   if (auto servers = state.find("mps_servers"); servers != state.end() && !servers->empty()) {
     std::vector<std::string> pids;

@@ -108,6 +108,10 @@ std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginCo
   if (auto m = spank_option_value(raw_mem ? raw_mem->c_str() : nullptr)) {
     req.limits.pinned_mem_limit = parse_mem_limit(*m, cfg.max_mem_bytes);
   }
+  auto raw_priority = env(spank_option_env_name("unilab-mps-priority").c_str());
+  if (auto p = spank_option_value(raw_priority ? raw_priority->c_str() : nullptr)) {
+    req.limits.client_priority = parse_client_priority(*p);
+  }
   return req;
 }
 

@@ -240,6 +240,17 @@ double parse_thread_percentage(const std::string& value, const std::optional<dou
   return v;
 }
 
+ClientPriority parse_client_priority(const std::string& value) {
+  const std::string v = lower(value);
+  if (v == "0" || v == "normal") return ClientPriority::kNormal;
+  if (v == "1" || v == "below-normal" || v == "below_normal") return ClientPriority::kBelowNormal;
+  std::string shown = value.size() > 40 ? value.substr(0, 40) + "..." : value;
+  for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  throw CudaMpsError(fmt::format("invalid MPS client priority '{}': give 0 (normal, the default) or 1 (below-normal), the two "
+                                 "levels of CUDA_MPS_CLIENT_PRIORITY",
+                                 shown));
+}
+
 std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max) {
   unsigned long long bytes = parse_size_bytes(value);
   if (site_max && bytes > *site_max) {

@@ -58,6 +58,10 @@ JobMode parse_mode(const char* value);
 // --unilab-mps-threads: a percentage in (0, 100], within the site maximum.
 double parse_thread_percentage(const std::string& value, const std::optional<double>& site_max);
 
+// --unilab-mps-priority: NVIDIA's client priority levels, 0 or normal, 1 or
+// below-normal (case-insensitive).
+ClientPriority parse_client_priority(const std::string& value);
+
 // --unilab-mps-mem: a size like 4096M, 8G (MPS syntax: integer + K/M/G, or
 // bytes), within the site maximum. Returns the normalized MPS spelling.
 std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max);

@@ -201,6 +201,7 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& record
   env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")},
              {"CUDA_MPS_PIPE_DIRECTORY", hit->pipe_directory},
              {"CUDA_MPS_LOG_DIRECTORY", hit->log_directory}};
+  if (hit->limits.client_priority) env.set.emplace_back("CUDA_MPS_CLIENT_PRIORITY", client_priority_value(*hit->limits.client_priority));
   env.daemon_name = hit->name;
   env.daemon_pid = hit->pid;
   env.containment = hit->containment;

@@ -34,6 +34,7 @@ Getenv env_of(std::map<std::string, std::string> vars) {
 const std::string kOpt = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps";
 const std::string kThreads = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps_threads";
 const std::string kMem = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps_mem";
+const std::string kPriority = "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps_priority";
 
 // --- option and environment ---------------------------------------------------------
 
@@ -41,6 +42,19 @@ TEST(SpankOptionEnvName, MatchesSlurmsSpelling) {
   EXPECT_EQ(spank_option_env_name("unilab-mps"), kOpt);
   EXPECT_EQ(spank_option_env_name("unilab-mps-threads"), kThreads);
   EXPECT_EQ(spank_option_env_name("unilab-mps-mem"), kMem);
+  EXPECT_EQ(spank_option_env_name("unilab-mps-priority"), kPriority);
+}
+
+TEST(JobRequestFromEnv, ClientPriorityIsNvidiasTwoLevels) {
+  const PluginConfig cfg;
+  EXPECT_FALSE(job_request_from_env(env_of({{kOpt, "(null)"}}), cfg)->limits.client_priority);
+  EXPECT_FALSE(job_request_from_env(env_of({{kOpt, "(null)"}, {kPriority, "(null)"}}), cfg)->limits.client_priority);
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "(null)"}, {kPriority, "1"}}), cfg)->limits.client_priority,
+            ClientPriority::kBelowNormal);
+  EXPECT_EQ(job_request_from_env(env_of({{kOpt, "(null)"}, {kPriority, "normal"}}), cfg)->limits.client_priority,
+            ClientPriority::kNormal);
+  std::string e = error_of([&] { job_request_from_env(env_of({{kOpt, "(null)"}, {kPriority, "2"}}), cfg); });
+  EXPECT_NE(e.find("invalid MPS client priority '2'"), std::string::npos) << e;
 }
 
 TEST(JobRequestFromEnv, AbsentOptionMeansNoMps) {
@@ -228,6 +242,18 @@ TEST_F(TaskEnvTest, UnconstrainedCvdHoldsGresIndices) {
   EXPECT_EQ(get(env, "CUDA_MPS_LOG_DIRECTORY"), "/run/unilab-mps/run/job5.n1.gpu2/pipe-log");
   EXPECT_EQ(env.gres_indices, (std::vector<int>{2}));
   EXPECT_EQ(env.set.size(), 3u);
+  EXPECT_EQ(get(env, "CUDA_MPS_CLIENT_PRIORITY"), "<unset>");  // only when the job asked
+}
+
+TEST_F(TaskEnvTest, TheJobsClientPriorityReachesItsTasks) {
+  auto records = auto_records();
+  for (auto& r : records) r.limits.client_priority = ClientPriority::kBelowNormal;
+  task.cuda_visible_devices = "2";
+  auto env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_MPS_CLIENT_PRIORITY"), "1");
+  for (auto& r : records) r.limits.client_priority = ClientPriority::kNormal;
+  env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_MPS_CLIENT_PRIORITY"), "0");
 }
 
 TEST_F(TaskEnvTest, ConstrainedCvdIsAPositionAmongTheAllowedDevices) {

@@ -65,6 +65,18 @@ TEST(DaemonRecordJson, RoundTripWithSlurmBindingAndLimits) {
   EXPECT_EQ(back.limits.active_thread_percentage, 37.5);
 }
 
+TEST(DaemonRecordJson, ClientPriorityIsWrittenOnlyWhenGivenAndReadBack) {
+  DaemonRecord r = slurm_record();
+  EXPECT_FALSE(r.to_json()["limits"].contains("client_priority"));  // older records' bytes unchanged
+  r.limits.client_priority = ClientPriority::kBelowNormal;
+  nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["limits"]["client_priority"], "below-normal");
+  EXPECT_EQ(DaemonRecord::from_json(nlohmann::json::parse(j.dump())), r);
+  j["limits"]["client_priority"] = "high";
+  std::string e = error_of([&] { DaemonRecord::from_json(j); });
+  EXPECT_NE(e.find("client_priority 'high'"), std::string::npos) << e;
+}
+
 TEST(DaemonRecordJson, StartingRecordWithPidZeroRoundTrips) {
   DaemonRecord r = plain_record();
   r.state = RecordState::kStarting;

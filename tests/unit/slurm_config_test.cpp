@@ -222,6 +222,16 @@ TEST(ParseMemLimit, SiteMaximum) {
 
 // --- gres.conf location ---------------------------------------------------------------
 
+TEST(ParseClientPriority, ZeroOneAndTheirNamesOnly) {
+  for (const char* v : {"0", "normal", "NORMAL"}) EXPECT_EQ(parse_client_priority(v), ClientPriority::kNormal) << v;
+  for (const char* v : {"1", "below-normal", "BELOW_NORMAL"}) EXPECT_EQ(parse_client_priority(v), ClientPriority::kBelowNormal) << v;
+  for (const char* v : {"2", "-1", "", "high", "01", " 1"}) {
+    std::string e = error_of([&] { parse_client_priority(v); });
+    EXPECT_NE(e.find("invalid MPS client priority"), std::string::npos) << v << ": " << e;
+    EXPECT_NE(e.find("CUDA_MPS_CLIENT_PRIORITY"), std::string::npos) << e;
+  }
+}
+
 TEST(GresConfPath, ConfiguredThenNextToSlurmConfThenDefault) {
   PluginConfig c;
   EXPECT_EQ(gres_conf_path(c, std::nullopt), "/etc/slurm/gres.conf");
