@@ -20,7 +20,8 @@ char kOptMpsUsage[] =
 char kOptThreads[] = "unilab-mps-threads";
 char kOptThreadsArg[] = "PCT";
 char kOptThreadsUsage[] = "With --unilab-mps: MPS default active thread percentage (0-100] for the job's daemons (a default for the "
-    "job's own clients, which the job can change; not a limit between users).";
+    "job's own clients, which the job can change; not a limit between users), or auto: each task's clients get 100 over the "
+    "tasks sharing its GPU on the node (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, at most the site's max_threads).";
 char kOptMem[] = "unilab-mps-mem";
 char kOptMemArg[] = "SIZE";
 char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G; a default the job can change, "
@@ -48,7 +49,7 @@ int on_mode(int, const char* optarg, int) {
 
 int on_threads(int, const char* optarg, int) {
   try {
-    if (auto v = spank_option_value(optarg)) {
+    if (auto v = spank_option_value(optarg); v && !is_auto_threads(*v)) {
       static_cast<void>(parse_thread_percentage(*v, state().config.max_threads));
     }
     return 0;

@@ -67,6 +67,9 @@ int remote_task_init(spank_t sp, int, char**) {
     task.cuda_visible_devices = task_getenv(sp, "CUDA_VISIBLE_DEVICES");
     task.step_gpus = task_getenv(sp, "SLURM_STEP_GPUS");
     task.job_gpus = task_getenv(sp, "SLURM_JOB_GPUS");
+    uint32_t local_tasks = 1;
+    if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) == ESPANK_SUCCESS) task.local_tasks = local_tasks;
+    task.site_max_threads = state().config.max_threads;
     has_gpus = !parse_gpu_index_list(task.job_gpus.value_or("")).empty() ||
                !parse_gpu_index_list(task.step_gpus.value_or("")).empty();
     RecordStore store = slurm_record_store(state().config);

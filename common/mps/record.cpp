@@ -120,6 +120,7 @@ nlohmann::json DaemonRecord::to_json() const {
   };
   // Only when given: records of jobs without it stay as they were.
   if (limits.client_priority) j["limits"]["client_priority"] = std::string(to_string(*limits.client_priority));
+  if (limits.active_thread_share_auto) j["limits"]["active_thread_share"] = "auto";
   if (slurm) {
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& g : slurm->node_gpus) {
@@ -184,6 +185,11 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
       auto p = kClientPriorityNames.lookup(word);
       if (!p) throw CudaMpsError(fmt::format("limits.client_priority '{}' is not normal or below-normal", word));
       r.limits.client_priority = *p;
+    }
+    if (l.contains("active_thread_share") && !l.at("active_thread_share").is_null()) {
+      const auto word = field<std::string>(l, "active_thread_share");
+      if (word != "auto") throw CudaMpsError(fmt::format("limits.active_thread_share '{}' is not auto", word));
+      r.limits.active_thread_share_auto = true;
     }
   }
   if (j.contains("slurm") && !j.at("slurm").is_null()) {

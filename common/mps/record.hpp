@@ -52,6 +52,9 @@ struct MpsLimits {
   std::optional<double> active_thread_percentage;
   std::optional<std::string> pinned_mem_limit;  // e.g. "8G", per GPU
   std::optional<ClientPriority> client_priority;  // CUDA_MPS_CLIENT_PRIORITY of the tasks
+  // --unilab-mps-threads=auto: no daemon default; each task's clients get
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of 100 over the tasks sharing its GPU.
+  bool active_thread_share_auto = false;
   bool operator==(const MpsLimits&) const = default;
 };
 

@@ -96,6 +96,7 @@ std::string render_daemon(const DaemonRecord& r, const nlohmann::json& state) {
   out += fmt::format("  {:<24} pipe {}\n", "", r.pipe_directory);
   std::vector<std::string> l;
   if (r.limits.active_thread_percentage) l.push_back(fmt::format("active threads {}%", *r.limits.active_thread_percentage));
+  if (r.limits.active_thread_share_auto) l.push_back("active threads auto (100% over the tasks sharing a GPU, per task)");
   if (r.limits.pinned_mem_limit) l.push_back(fmt::format("pinned memory {} per GPU", *r.limits.pinned_mem_limit));
   if (r.limits.client_priority) {
     l.push_back(fmt::format("client priority {} (CUDA_MPS_CLIENT_PRIORITY={})", to_string(*r.limits.client_priority),

@@ -155,7 +155,16 @@ struct TaskContext {
   // slurm.conf has PrologFlags=RunInJob: only the Prolog= helper can have
   // started daemons (read by the caller when no record was found)
   bool prolog_runs_in_job = false;
+  unsigned local_tasks = 1;                 // the step's tasks on this node (--unilab-mps-threads=auto)
+  std::optional<double> site_max_threads{};  // max_threads=, the cap of an auto share
 };
+
+// --unilab-mps-threads=auto: the active thread percentage of a task using
+// `task_gpus` of the `node_gpus` GPUs the job has on the node, when the
+// step runs `local_tasks` tasks there: 100 over the tasks that share its
+// GPU (local_tasks * task_gpus / node_gpus, rounded up, at least 1), rounded
+// down, at least 1, at most the site's maximum.
+int auto_thread_share(unsigned local_tasks, size_t task_gpus, size_t node_gpus, const std::optional<double>& site_max);
 
 struct TaskEnvironment {
   std::vector<std::pair<std::string, std::string>> set;  // CUDA_VISIBLE_DEVICES, CUDA_MPS_*

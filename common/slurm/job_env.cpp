@@ -99,7 +99,9 @@ std::optional<JobRequest> job_request_from_env(const Getenv& env, const PluginCo
   JobRequest req;
   req.mode = parse_mode(mode->c_str());
   auto raw_threads = env(spank_option_env_name("unilab-mps-threads").c_str());
-  if (auto t = spank_option_value(raw_threads ? raw_threads->c_str() : nullptr)) {
+  if (auto t = spank_option_value(raw_threads ? raw_threads->c_str() : nullptr); t && is_auto_threads(*t)) {
+    req.limits.active_thread_share_auto = true;
+  } else if (t) {
     req.limits.active_thread_percentage = parse_thread_percentage(*t, cfg.max_threads);
   } else if (cfg.default_threads) {
     req.limits.active_thread_percentage = cfg.default_threads;

@@ -224,6 +224,8 @@ JobMode parse_mode(const char* value) {
                                  shown));
 }
 
+bool is_auto_threads(const std::string& value) { return value == "auto"; }
+
 double parse_thread_percentage(const std::string& value, const std::optional<double>& site_max) {
   if (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) {
     throw CudaMpsError(fmt::format("invalid MPS thread percentage '{}': give a number in (0, 100]", value.substr(0, 40)));

@@ -55,7 +55,9 @@ std::optional<std::string> spank_option_value(const char* value);
 // The --unilab-mps value: auto (default, also for no value) or multi.
 JobMode parse_mode(const char* value);
 
-// --unilab-mps-threads: a percentage in (0, 100], within the site maximum.
+// --unilab-mps-threads: a percentage in (0, 100], within the site maximum,
+// or `auto` (is_auto_threads): each task's share, at task start.
+bool is_auto_threads(const std::string& value);
 double parse_thread_percentage(const std::string& value, const std::optional<double>& site_max);
 
 // --unilab-mps-priority: NVIDIA's client priority levels, 0 or normal, 1 or

@@ -175,6 +175,14 @@ bool SystemDeviceAccess::denied(const std::string& device) {
   return errno == EPERM || errno == EACCES;
 }
 
+int auto_thread_share(unsigned local_tasks, size_t task_gpus, size_t node_gpus, const std::optional<double>& site_max) {
+  const size_t tasks = std::max<size_t>(local_tasks, 1), mine = std::max<size_t>(task_gpus, 1), all = std::max(node_gpus, mine);
+  const size_t sharers = std::max<size_t>(1, (tasks * mine + all - 1) / all);
+  int share = std::max(1, static_cast<int>(100 / sharers));
+  if (site_max) share = std::max(1, std::min(share, static_cast<int>(*site_max)));
+  return share;
+}
+
 TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& records, const TaskContext& task,
                                          DeviceAccess& devices, ProcReader& proc, bool require_daemon) {
   if (records.empty()) refuse_no_records(task);
@@ -201,6 +209,12 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& record
   env.set = {{"CUDA_VISIBLE_DEVICES", join(uuids, ",")},
              {"CUDA_MPS_PIPE_DIRECTORY", hit->pipe_directory},
              {"CUDA_MPS_LOG_DIRECTORY", hit->log_directory}};
+  if (hit->limits.active_thread_share_auto) {
+    size_t job_gpus = 0;
+    for (const auto& r : records) job_gpus += r.slurm->gres_indices.size();
+    env.set.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                         std::to_string(auto_thread_share(task.local_tasks, task_gpus.size(), job_gpus, task.site_max_threads)));
+  }
   if (hit->limits.client_priority) env.set.emplace_back("CUDA_MPS_CLIENT_PRIORITY", client_priority_value(*hit->limits.client_priority));
   env.daemon_name = hit->name;
   env.daemon_pid = hit->pid;

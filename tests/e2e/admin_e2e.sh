@@ -184,6 +184,14 @@ wait_job_gone "$job" 60 >/dev/null 2>&1
 out=$(as_user unimps1 srun --unilab-mps --unilab-mps-threads=12.5 --gres=gpu:1 \
   bash -c 'cat "$CUDA_MPS_LOG_DIRECTORY/control.log"' 2>&1)
 expect_contains "srun --unilab-mps-threads=12.5 reaches the daemon" "$out" "Cmd: set_default_active_thread_percentage 12.5 "
+# threads=auto: no daemon default; each task's share of its GPU (this site's max_threads=50 caps it).
+out=$(as_user unimps1 srun --unilab-mps --unilab-mps-threads=auto -n3 --gres=gpu:1 \
+  bash -c 'echo "T=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE-unset} D=$(grep -c set_default_active_thread "$CUDA_MPS_LOG_DIRECTORY/control.log")"' 2>&1)
+expect_eq "threads=auto: three tasks on one GPU get 33 each, no daemon default" "T=33 D=0
+T=33 D=0
+T=33 D=0" "$(printf '%s\n' "$out" | grep '^T=' | sort)"
+out=$(as_user unimps1 srun --unilab-mps --unilab-mps-threads=auto -n1 --gres=gpu:1 bash -c 'echo "T=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"' 2>&1)
+expect_contains "threads=auto: a task alone on its GPU gets 100, capped at max_threads=50" "$out" "T=50"
 # The client priority is the tasks' (CUDA_MPS_CLIENT_PRIORITY), not a daemon command.
 out=$(as_user unimps1 srun --unilab-mps --unilab-mps-priority=1 --gres=gpu:1 bash -c 'echo "PRIO=${CUDA_MPS_CLIENT_PRIORITY-unset}"' 2>&1)
 expect_contains "srun --unilab-mps-priority=1: the task gets CUDA_MPS_CLIENT_PRIORITY=1" "$out" "PRIO=1"

@@ -45,6 +45,31 @@ TEST(SpankOptionEnvName, MatchesSlurmsSpelling) {
   EXPECT_EQ(spank_option_env_name("unilab-mps-priority"), kPriority);
 }
 
+TEST(JobRequestFromEnv, AutoThreadsSetNoDaemonDefaultAndOverrideTheSitesDefault) {
+  PluginConfig cfg;
+  cfg.default_threads = 25;
+  auto r = job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "auto"}}), cfg);
+  EXPECT_TRUE(r->limits.active_thread_share_auto);
+  EXPECT_FALSE(r->limits.active_thread_percentage);
+  r = job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "30"}}), cfg);
+  EXPECT_FALSE(r->limits.active_thread_share_auto);
+  EXPECT_THROW(job_request_from_env(env_of({{kOpt, "(null)"}, {kThreads, "Auto"}}), cfg), CudaMpsError);
+}
+
+TEST(AutoThreadShare, HundredOverTheTasksSharingAGpuRoundedDownCappedAtLeastOne) {
+  EXPECT_EQ(auto_thread_share(1, 1, 1, std::nullopt), 100);  // one task, one GPU
+  EXPECT_EQ(auto_thread_share(2, 1, 1, std::nullopt), 50);   // a learner and a collector on one GPU
+  EXPECT_EQ(auto_thread_share(3, 1, 1, std::nullopt), 33);   // rounded down
+  EXPECT_EQ(auto_thread_share(2, 1, 2, std::nullopt), 100);  // --gpus-per-task=1: a GPU each
+  EXPECT_EQ(auto_thread_share(4, 1, 2, std::nullopt), 50);   // two tasks per GPU
+  EXPECT_EQ(auto_thread_share(4, 2, 2, std::nullopt), 25);   // every task sees both GPUs
+  EXPECT_EQ(auto_thread_share(3, 1, 2, std::nullopt), 50);   // uneven: rounded up sharers (2)
+  EXPECT_EQ(auto_thread_share(300, 1, 1, std::nullopt), 1);  // at least 1
+  EXPECT_EQ(auto_thread_share(1, 1, 1, 50.0), 50);           // capped by max_threads=
+  EXPECT_EQ(auto_thread_share(3, 1, 1, 50.0), 33);
+  EXPECT_EQ(auto_thread_share(0, 0, 0, 0.5), 1);             // degenerate inputs still give a valid share
+}
+
 TEST(JobRequestFromEnv, ClientPriorityIsNvidiasTwoLevels) {
   const PluginConfig cfg;
   EXPECT_FALSE(job_request_from_env(env_of({{kOpt, "(null)"}}), cfg)->limits.client_priority);
@@ -243,6 +268,21 @@ TEST_F(TaskEnvTest, UnconstrainedCvdHoldsGresIndices) {
   EXPECT_EQ(env.gres_indices, (std::vector<int>{2}));
   EXPECT_EQ(env.set.size(), 3u);
   EXPECT_EQ(get(env, "CUDA_MPS_CLIENT_PRIORITY"), "<unset>");  // only when the job asked
+}
+
+TEST_F(TaskEnvTest, AutoThreadsGiveEachTaskItsShareOfItsGpu) {
+  auto records = auto_records();  // four GPUs, one daemon each
+  for (auto& r : records) r.limits.active_thread_share_auto = true;
+  task.cuda_visible_devices = "2";
+  task.local_tasks = 8;  // two per GPU
+  auto env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "50");
+  task.site_max_threads = 40;
+  env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "40");
+  for (auto& r : records) r.limits.active_thread_share_auto = false;
+  env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "<unset>");
 }
 
 TEST_F(TaskEnvTest, TheJobsClientPriorityReachesItsTasks) {

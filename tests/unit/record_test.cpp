@@ -77,6 +77,17 @@ TEST(DaemonRecordJson, ClientPriorityIsWrittenOnlyWhenGivenAndReadBack) {
   EXPECT_NE(e.find("client_priority 'high'"), std::string::npos) << e;
 }
 
+TEST(DaemonRecordJson, AutoThreadShareIsWrittenOnlyWhenGiven) {
+  DaemonRecord r = slurm_record();
+  EXPECT_FALSE(r.to_json()["limits"].contains("active_thread_share"));
+  r.limits.active_thread_share_auto = true;
+  nlohmann::json j = r.to_json();
+  EXPECT_EQ(j["limits"]["active_thread_share"], "auto");
+  EXPECT_EQ(DaemonRecord::from_json(nlohmann::json::parse(j.dump())), r);
+  j["limits"]["active_thread_share"] = "even";
+  EXPECT_THROW(DaemonRecord::from_json(j), CudaMpsError);
+}
+
 TEST(DaemonRecordJson, StartingRecordWithPidZeroRoundTrips) {
   DaemonRecord r = plain_record();
   r.state = RecordState::kStarting;
