@@ -1,5 +1,6 @@
 #include "common/slurm/slurm_config.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <string_view>
@@ -23,6 +24,14 @@ std::string absolute_path(const std::string& key, const std::string& value) {
     throw CudaMpsError(fmt::format("plugin argument {}={}: needs a normalized absolute path", key, value));
   }
   return value;
+}
+
+// A user's value as an error message shows it: at most 40 characters, the
+// unprintable ones as '?'.
+std::string shown_value(const std::string& v) {
+  std::string shown = v.size() > 40 ? v.substr(0, 40) + "..." : v;
+  for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  return shown;
 }
 
 std::chrono::milliseconds seconds(const std::string& key, const std::string& value) {
@@ -217,11 +226,9 @@ JobMode parse_mode(const char* value) {
   if (!given || given->empty()) return JobMode::kAuto;
   const std::string& v = *given;
   if (auto mode = kJobModeNames.lookup(v)) return *mode;
-  std::string shown = v.size() > 40 ? v.substr(0, 40) + "..." : v;
-  for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
   throw CudaMpsError(fmt::format("invalid --unilab-mps value '{}': use --unilab-mps (one daemon per GPU) or --unilab-mps=multi "
                                  "(one daemon for all the job's GPUs on a node)",
-                                 shown));
+                                 shown_value(v)));
 }
 
 bool is_auto_threads(const std::string& value) { return value == "auto"; }
@@ -243,14 +250,14 @@ double parse_thread_percentage(const std::string& value, const std::optional<dou
 }
 
 ClientPriority parse_client_priority(const std::string& value) {
-  const std::string v = lower(value);
-  if (v == "0" || v == "normal") return ClientPriority::kNormal;
-  if (v == "1" || v == "below-normal" || v == "below_normal") return ClientPriority::kBelowNormal;
-  std::string shown = value.size() > 40 ? value.substr(0, 40) + "..." : value;
-  for (auto& c : shown) if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  std::string v = lower(value);
+  std::replace(v.begin(), v.end(), '_', '-');  // NVIDIA writes BELOW_NORMAL
+  if (v == "0") return ClientPriority::kNormal;
+  if (v == "1") return ClientPriority::kBelowNormal;
+  if (auto p = kClientPriorityNames.lookup(v)) return *p;
   throw CudaMpsError(fmt::format("invalid MPS client priority '{}': give 0 (normal, the default) or 1 (below-normal), the two "
                                  "levels of CUDA_MPS_CLIENT_PRIORITY",
-                                 shown));
+                                 shown_value(value)));
 }
 
 std::string parse_mem_limit(const std::string& value, const std::optional<unsigned long long>& site_max) {
