@@ -379,7 +379,7 @@ helpers_part() {
     expect_contains "attack-option-values: mode '${v:0:20}' message" "$PRO_OUT" "invalid --unilab-mps value"
     expect_eq "attack-option-values: mode '${v:0:20}' one line" 1 "$(one_line "$PRO_OUT")"
   done
-  for v in '50;id' '1e999' '-5' 'nan' '$(id)'; do
+  for v in '50;id' '1e999' '-5' 'nan' '$(id)' 'auto;id'; do
     prolog 153 "${MPS_OPT}_threads=$v"
     rcs+="$PRO_RC "
     check "attack-option-values: threads '$v' refused" test "$PRO_RC" -ne 0
@@ -391,10 +391,17 @@ helpers_part() {
     check "attack-option-values: mem '$v' refused" test "$PRO_RC" -ne 0
     expect_eq "attack-option-values: mem '$v' one line" 1 "$(one_line "$PRO_OUT")"
   done
+  for v in '1;id' '$(touch /tmp/pwned)' '2' "$long"; do
+    prolog 153 "${MPS_OPT}_priority=$v"
+    rcs+="$PRO_RC "
+    check "attack-option-values: priority '${v:0:20}' refused" test "$PRO_RC" -ne 0
+    expect_contains "attack-option-values: priority '${v:0:20}' message" "$PRO_OUT" "invalid MPS client priority"
+    expect_eq "attack-option-values: priority '${v:0:20}' one line" 1 "$(one_line "$PRO_OUT")"
+  done
   check_not "attack-option-values: no file named by a value was created" test -e /tmp/pwned
   expect_eq "attack-option-values: no tool ran" "$calls" "$(wc -l <"$CALL_LOG")"
   expect_nothing_left attack-option-values 153
-  case_end "13 values, prolog rc: ${rcs}; longest message $(echo "$lens" | tr ' ' '\n' | sort -n | tail -n1) bytes for a 100000-byte value; tools run: $(( $(wc -l <"$CALL_LOG") - calls )); $(leftovers 153)"
+  case_end "18 values, prolog rc: ${rcs}; longest message $(echo "$lens" | tr ' ' '\n' | sort -n | tail -n1) bytes for a 100000-byte value; tools run: $(( $(wc -l <"$CALL_LOG") - calls )); $(leftovers 153)"
 
   case_begin attack-af-unix-limit "paths that overflow the 108-byte AF_UNIX limit: a long run_dir= refuses to load naming the longest that fits (64); a long node name cannot make one (the daemon's directory name does not hold it)"
   EXTRA_ARGS=("run_dir=$STAGE/$(printf 'r%.0s' $(seq 1 90))")
