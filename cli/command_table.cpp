@@ -105,6 +105,10 @@ const std::vector<OptionSpec>& global_options() {
        "with DIR/bin in PATH and DIR/lib64 in LD_LIBRARY_PATH, and are DIR/bin/... unless given (default none; env "
        "UNILAB_MPS_DRIVER_DIR; the plugin's driver_dir=)",
        absolute_path_value},
+      {"--driver-proc", "DIR",
+       "where the NVIDIA kernel module shows itself (default /proc/driver: nvidia/gpus/<bus>/information gives each GPU's "
+       "device minor; env UNILAB_MPS_DRIVER_PROC; the plugin's driver_proc=); change it only for tests",
+       absolute_path_value},
       {"--json", "", "machine-readable output on stdout"},
       {"--help", "", "this text; `unilab-mps COMMAND --help` for one command"},
   };

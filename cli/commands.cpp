@@ -134,7 +134,7 @@ int cmd_doctor(Context& c, const ParsedArgs& a) {
 int cmd_start(Context& c, const ParsedArgs& a) {
   std::optional<std::string> selector;
   if (!a.positional.empty()) selector = a.positional[0];
-  auto gpus = discover_gpus(c.runner, c.tools.nvidia_smi, c.tools.driver_dir);
+  auto gpus = discover_gpus(c.runner, c.tools);
   TopologyPlan plan = resolve_topology(selector, getenv_opt("CUDA_VISIBLE_DEVICES"), gpus);
   std::vector<std::vector<GpuIdentity>> groups;
   if (plan.topology_mode == TopologyMode::kPerGpu) {

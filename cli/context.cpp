@@ -46,6 +46,9 @@ Context::Context(const ParsedArgs& a) {
     if (driver_dir->empty() || (*driver_dir)[0] != '/') throw UsageError(fmt::format("'{}' must be an absolute path", *driver_dir));
     apply_driver_dir(tools, *driver_dir, smi.has_value(), control.has_value());
   }
+  auto driver_proc = a.value("--driver-proc");
+  if (!driver_proc) driver_proc = getenv_opt("UNILAB_MPS_DRIVER_PROC");
+  tools.driver_proc = driver_proc.value_or(tools.driver_proc);
   auto sd = a.value("--state-dir");
   if (!sd) sd = getenv_opt("UNILAB_MPS_STATE_DIR");
   state_dir = sd ? *sd : default_user_state_dir();
@@ -53,7 +56,7 @@ Context::Context(const ParsedArgs& a) {
   if (!rd) rd = getenv_opt("UNILAB_MPS_RUN_DIR");
   run_dir = rd ? *rd : default_user_run_dir(uid);
   // Flags were checked by the table; the environment is checked here.
-  for (const auto* p : {&tools.nvidia_smi, &tools.mps_control, &state_dir, &run_dir}) {
+  for (const auto* p : {&tools.nvidia_smi, &tools.mps_control, &tools.driver_proc, &state_dir, &run_dir}) {
     if (p->empty() || (*p)[0] != '/') throw UsageError(fmt::format("'{}' must be an absolute path", *p));
   }
 }

@@ -68,6 +68,10 @@ stage_binaries() {
   install -m 755 "$build/fakes/bin/nvidia-smi" "$build/fakes/bin/nvidia-cuda-mps-control" \
     "$build/fakes/bin/fake-cuda-client" "$dest/fakes/"
   install -m 644 "$build/fakes/bin/gpus.csv" "$dest/fakes/gpus.csv"
+  # The fake driver's /proc/driver (driver_proc=): device minors, MIG capability minors.
+  rm -rf "$dest/fakes/driver-proc"
+  cp -r "$build/fakes/bin/driver-proc" "$dest/fakes/driver-proc"
+  chmod -R a+rX "$dest/fakes/driver-proc"
 }
 
 # Runs a command as USER with a clean login-like environment plus the

@@ -9,6 +9,7 @@
 #include "common/mps/text.hpp"
 
 #include "common/mps/errors.hpp"
+#include "common/mps/proc.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -68,7 +69,9 @@ std::string display_gpu_uuid(std::string_view value) {
 }
 
 nlohmann::json GpuIdentity::to_json() const {
-  return {{"index", index}, {"uuid", uuid}, {"minor_number", minor_number}, {"pci_bus_id", pci_bus_id}, {"name", name}};
+  nlohmann::json j = {{"index", index}, {"uuid", uuid}, {"minor_number", minor_number}, {"pci_bus_id", pci_bus_id}, {"name", name}};
+  if (mig) j["mig"] = mig->to_json();
+  return j;
 }
 
 GpuIdentity GpuIdentity::from_json(const nlohmann::json& j) {
@@ -78,6 +81,7 @@ GpuIdentity GpuIdentity::from_json(const nlohmann::json& j) {
   g.minor_number = j.value("minor_number", -1);
   g.pci_bus_id = j.value("pci_bus_id", "");
   g.name = j.value("name", "");
+  if (j.contains("mig")) g.mig = MigSlice::from_json(j.at("mig"));
   return g;
 }
 
@@ -103,21 +107,19 @@ std::vector<std::string_view> csv_fields(std::string_view line) {
 // One row of kNvidiaSmiQueryFields; `bad` builds the error for this line.
 template <typename Bad>
 GpuIdentity parse_gpu_row(const std::vector<std::string_view>& fields, const Bad& bad) {
-  if (fields.size() < 7) {
-    throw bad("expected 7 fields: index, uuid, minor_number, pci.bus_id, compute_mode, mig.mode.current, name");
+  if (fields.size() < 6) {
+    throw bad("expected 6 fields: index, uuid, pci.bus_id, compute_mode, mig.mode.current, name");
   }
   GpuIdentity g;
   if (!parse_int(fields[0], g.index) || g.index < 0) throw bad("index is not a number");
   if (!looks_like_gpu_uuid(fields[1]) || has_prefix_ci(fields[1], "mig-")) throw bad("uuid is not a GPU UUID");
   g.uuid = display_gpu_uuid(fields[1]);
-  // minor_number is "[N/A]" on some platforms (e.g. WSL); keep -1 then.
-  if (!parse_int(fields[2], g.minor_number)) g.minor_number = -1;
-  g.pci_bus_id = std::string(fields[3]);
-  g.compute_mode = std::string(fields[4]);
-  g.mig_mode = std::string(fields[5]);
+  g.pci_bus_id = std::string(fields[2]);
+  g.compute_mode = std::string(fields[3]);
+  g.mig_mode = std::string(fields[4]);
   // A name may itself contain commas: everything after the MIG mode.
-  std::string name(fields[6]);
-  for (size_t i = 7; i < fields.size(); ++i) name += ", " + std::string(fields[i]);
+  std::string name(fields[5]);
+  for (size_t i = 6; i < fields.size(); ++i) name += ", " + std::string(fields[i]);
   g.name = name;
   return g;
 }
@@ -164,7 +166,45 @@ std::string without_warning_lines(std::string_view out, std::string& first_warni
 
 }  // namespace
 
-GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi, const std::optional<std::string>& driver_dir) {
+DriverGpuInformation parse_driver_gpu_information(std::string_view text) {
+  DriverGpuInformation info;
+  for (std::string_view line : split_lines(text)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
+    int n = -1;
+    if (key == "GPU UUID" && looks_like_gpu_uuid(value) && !has_prefix_ci(value, "mig-")) info.uuid = display_gpu_uuid(value);
+    if (key == "Device Minor" && parse_int(value, n) && n >= 0) info.minor = n;
+  }
+  return info;
+}
+
+std::string driver_bus_directory(std::string_view pci_bus_id) {
+  std::string_view b = trim(pci_bus_id);
+  // nvidia-smi prints an 8-digit domain (00000000:2A:00.0); the kernel's
+  // PCI names, which the driver's directories use, have 4 (0000:2a:00.0).
+  const size_t colon = b.find(':');
+  if (colon == 8 && b.substr(0, 4) == "0000") b.remove_prefix(4);
+  return lower(b);
+}
+
+std::optional<std::string> read_driver_file(const std::string& path) { return read_proc_file(path, 64 << 10); }
+
+void read_driver_minors(std::vector<GpuIdentity>& gpus, const std::string& driver_proc, const DriverFileReader& read) {
+  for (auto& g : gpus) {
+    if (g.mig || g.pci_bus_id.empty()) continue;
+    const std::string bus = driver_bus_directory(g.pci_bus_id);
+    if (bus.find('/') != std::string::npos || bus.starts_with('.')) continue;  // not a bus id: never a path
+    auto text = read(fmt::format("{}/nvidia/gpus/{}/information", driver_proc, bus));
+    if (!text) continue;
+    const DriverGpuInformation info = parse_driver_gpu_information(*text);
+    if (info.minor && (!info.uuid || *info.uuid == g.uuid)) g.minor_number = *info.minor;
+  }
+}
+
+GpuDiscovery query_gpus(CommandRunner& runner, const Tools& tools, const DriverFileReader& read) {
+  const std::string& nvidia_smi = tools.nvidia_smi;
+  const std::optional<std::string>& driver_dir = tools.driver_dir;
   Command cmd;
   cmd.argv = nvidia_smi_query_argv(nvidia_smi);
   cmd.env = tool_environment("/usr/bin:/bin", driver_dir);
@@ -185,6 +225,10 @@ GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi, co
   std::string warning;
   d.gpus = parse_nvidia_smi_query(inforom ? without_warning_lines(r.out, warning) : r.out);
   if (d.gpus.empty()) throw CudaMpsError(fmt::format("{} reports no GPU on this host", nvidia_smi));
+  read_driver_minors(d.gpus, tools.driver_proc, read);
+  // MIG devices are GPUs too (their parents stay listed, with MIG enabled).
+  std::vector<GpuIdentity> migs = query_mig_devices(runner, tools, d.gpus);
+  d.gpus.insert(d.gpus.end(), migs.begin(), migs.end());
   if (inforom) {
     if (warning.empty()) warning = r.first_output_line();
     d.warning = fmt::format("{} exited {} (infoROM warning{}{}) but its GPU rows are valid; the GPU's infoROM may need "
@@ -194,10 +238,61 @@ GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi, co
   return d;
 }
 
-std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi,
-                                       const std::optional<std::string>& driver_dir) {
-  return query_gpus(runner, nvidia_smi, driver_dir).gpus;
+bool mig_enabled(const GpuIdentity& gpu) { return !gpu.mig && gpu.mig_mode == "Enabled"; }
+
+std::vector<GpuIdentity> mig_devices_from(const std::vector<GpuIdentity>& gpus, std::string_view list_output,
+                                          std::string_view table_output) {
+  const std::vector<MigTableRow> rows = parse_mig_device_table(table_output);
+  std::vector<GpuIdentity> out;
+  for (const ListedGpu& listed : parse_nvidia_smi_list(list_output)) {
+    auto parent = std::find_if(gpus.begin(), gpus.end(), [&](const auto& g) { return !g.mig && g.uuid == listed.uuid; });
+    if (parent == gpus.end()) {
+      throw CudaMpsError(fmt::format("nvidia-smi -L lists GPU {} ({}), which its query did not report; check the NVIDIA driver",
+                                     listed.index, listed.uuid));
+    }
+    for (const ListedMig& m : listed.migs) {
+      GpuIdentity g;
+      g.uuid = m.uuid;
+      g.minor_number = parent->minor_number;
+      g.pci_bus_id = parent->pci_bus_id;
+      g.name = fmt::format("{} MIG {}", parent->name, m.profile);
+      MigSlice slice{parent->uuid, parent->index, parent->minor_number, m.device, m.profile};
+      for (const auto& r : rows) {
+        if (r.gpu == parent->index && r.device == m.device) {
+          slice.gpu_instance = r.gpu_instance;
+          slice.compute_instance = r.compute_instance;
+        }
+      }
+      g.mig = slice;
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
 }
+
+std::vector<GpuIdentity> query_mig_devices(CommandRunner& runner, const Tools& tools, const std::vector<GpuIdentity>& gpus) {
+  if (std::none_of(gpus.begin(), gpus.end(), mig_enabled)) return {};
+  const std::string& nvidia_smi = tools.nvidia_smi;
+  const std::optional<std::string>& driver_dir = tools.driver_dir;
+  auto run = [&](std::vector<std::string> argv) {
+    Command cmd;
+    cmd.argv = std::move(argv);
+    cmd.env = tool_environment("/usr/bin:/bin", driver_dir);
+    cmd.timeout = kNvidiaSmiTimeout;
+    CommandResult r = runner.run(cmd);
+    if (!r.exec_error.empty() || !r.ok()) {
+      std::string line = r.exec_error.empty() ? r.first_output_line() : r.exec_error;
+      throw CudaMpsError(fmt::format("{} failed ({}){}{}; check the NVIDIA driver on this host", join(cmd.argv, " "), r.describe(),
+                                     line.empty() ? "" : ": ", line));
+    }
+    return r.out;
+  };
+  const std::string list = run({nvidia_smi, "-L"});
+  const std::string table = run({nvidia_smi});
+  return mig_devices_from(gpus, list, table);
+}
+
+std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const Tools& tools) { return query_gpus(runner, tools).gpus; }
 
 std::vector<std::string> split_mask(std::string_view mask) {
   std::vector<std::string> out;
@@ -224,13 +319,20 @@ const GpuIdentity& find_gpu(std::string_view entry, const std::vector<GpuIdentit
   }
   auto [body, mig] = uuid_body(entry);
   if (mig) {
-    throw CudaMpsError(fmt::format("'{}' is a MIG instance; unilab-mps runs MPS daemons on whole GPUs: select the parent GPU", entry));
+    if (body.size() != 32) {
+      throw CudaMpsError(fmt::format("'{}' is not a whole MIG UUID; give all of it (`nvidia-smi -L` lists them)", entry));
+    }
+    for (const auto& g : gpus) {
+      if (g.mig && canonicalize_gpu_uuid(g.uuid) == "mig-" + body) return g;
+    }
+    throw CudaMpsError(fmt::format("no MIG device with UUID '{}' on this host; `nvidia-smi -L` lists them under their GPUs", entry));
   }
   if (body.empty()) {
     throw CudaMpsError(fmt::format("'{}' is neither a GPU index nor a GPU UUID; use `nvidia-smi -L` to list them", entry));
   }
   const GpuIdentity* match = nullptr;
   for (const auto& g : gpus) {
+    if (g.mig) continue;
     std::string token = canonicalize_gpu_uuid(g.uuid);
     if (token.compare(0, body.size(), body) == 0) {
       if (match != nullptr && body.size() < 32) {
@@ -247,7 +349,12 @@ const GpuIdentity& find_gpu(std::string_view entry, const std::vector<GpuIdentit
 }
 
 std::vector<GpuIdentity> visible_gpus(const std::optional<std::string>& mask, const std::vector<GpuIdentity>& gpus) {
-  if (!mask) return gpus;
+  if (!mask) {
+    // CUDA enumerates a MIG-enabled GPU's MIG devices, never the GPU itself.
+    std::vector<GpuIdentity> all;
+    std::copy_if(gpus.begin(), gpus.end(), std::back_inserter(all), [](const auto& g) { return !mig_enabled(g); });
+    return all;
+  }
   std::vector<GpuIdentity> out;
   for (const auto& entry : split_mask(*mask)) {
     if (entry == "-1") break;  // CUDA stops enumerating at the first invalid entry
@@ -288,7 +395,9 @@ std::vector<std::string> resolve_mps_visibility_entries(const std::vector<std::s
                                                         CommandRunner& runner, const std::string& nvidia_smi) {
   bool needs = std::any_of(entries.begin(), entries.end(), [](const auto& e) { return is_number(trim(e)); });
   if (!needs) return resolve_mps_visibility_entries(entries, std::vector<GpuIdentity>{});
-  return resolve_mps_visibility_entries(entries, discover_gpus(runner, nvidia_smi));
+  Tools tools;
+  tools.nvidia_smi = nvidia_smi;
+  return resolve_mps_visibility_entries(entries, discover_gpus(runner, tools));
 }
 
 }  // namespace unilab::mps

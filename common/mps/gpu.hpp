@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mps/mig.hpp"
 #include "common/mps/text.hpp"  // join
 #include "common/mps/runner.hpp"
+#include "common/mps/tools.hpp"
 
 namespace unilab::mps {
 
@@ -30,6 +33,9 @@ bool looks_like_gpu_uuid(std::string_view value);
 
 // One physical GPU as nvidia-smi reports it. `minor_number` is the
 // /dev/nvidiaN minor, which differs from `index` and from Slurm's GRES index.
+// A MIG device is a GpuIdentity too: its `uuid` is MIG-..., `mig` says
+// which GPU it is part of, `index` is -1 (no numeric index names a MIG
+// device), and minor, bus id and name are its parent's.
 struct GpuIdentity {
   int index = -1;
   std::string uuid;  // display form
@@ -43,18 +49,22 @@ struct GpuIdentity {
   // JSON, and not compared by ==.
   std::string compute_mode;
   std::string mig_mode;
+  std::optional<MigSlice> mig;  // set for a MIG device
 
   nlohmann::json to_json() const;
   static GpuIdentity from_json(const nlohmann::json& j);
   bool operator==(const GpuIdentity& o) const {
     return index == o.index && uuid == o.uuid && minor_number == o.minor_number && pci_bus_id == o.pci_bus_id &&
-           name == o.name;
+           name == o.name && mig == o.mig;
   }
 };
 
 // The fields of the one discovery query, in order. `name` is last because a
-// name may itself contain commas.
-inline constexpr const char* kNvidiaSmiQueryFields = "index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name";
+// name may itself contain commas. No minor_number: nvidia-smi 580 refuses it
+// ("Field "minor_number" is not a valid field to query.", exit 2; seen with
+// driver 580.159.04 on an H200); the minor comes from the driver's own
+// /proc/driver/nvidia/gpus/<bus>/information (read_driver_minors).
+inline constexpr const char* kNvidiaSmiQueryFields = "index,uuid,pci.bus_id,compute_mode,mig.mode.current,name";
 
 // nvidia-smi's exit code when the infoROM is corrupted: a warning, the
 // output is still valid.
@@ -63,9 +73,30 @@ inline constexpr int kNvidiaSmiInfoRomWarning = 14;
 inline constexpr std::chrono::seconds kNvidiaSmiTimeout{30};
 
 // Parses `nvidia-smi --query-gpu=<kNvidiaSmiQueryFields> --format=csv,noheader`
-// output. UUIDs are normalised here, once, to the display form (nvidia-smi
-// may print them in either case). Throws CudaMpsError naming the first bad line.
+// output (minor_number stays -1). UUIDs are normalised here, once, to the
+// display form (nvidia-smi may print them in either case). Throws
+// CudaMpsError naming the first bad line.
 std::vector<GpuIdentity> parse_nvidia_smi_query(std::string_view csv);
+
+// What the driver's /proc/driver/nvidia/gpus/<bus>/information says of one
+// GPU ("GPU UUID: \t GPU-...", "Device Minor: \t 0", tab-padded).
+struct DriverGpuInformation {
+  std::optional<std::string> uuid;  // display form
+  std::optional<int> minor;
+};
+DriverGpuInformation parse_driver_gpu_information(std::string_view text);
+// The directory name of a GPU there: the bus id with a 4-digit domain, in
+// lower case ("00000000:2A:00.0" -> "0000:2a:00.0").
+std::string driver_bus_directory(std::string_view pci_bus_id);
+// How the driver's files are read: a path -> its text, nullopt when it cannot
+// be read. The default is read_proc_file (bounded, no symlink followed);
+// the node doctor reads through its NodeProbe.
+using DriverFileReader = std::function<std::optional<std::string>(const std::string& path)>;
+std::optional<std::string> read_driver_file(const std::string& path);
+// Sets each GPU's minor_number from <driver_proc>/nvidia/gpus/<bus>/information
+// when that file names the same UUID (or none); leaves -1 otherwise.
+void read_driver_minors(std::vector<GpuIdentity>& gpus, const std::string& driver_proc,
+                        const DriverFileReader& read = read_driver_file);
 
 // The argv used for discovery (absolute nvidia-smi path first).
 std::vector<std::string> nvidia_smi_query_argv(const std::string& nvidia_smi);
@@ -77,15 +108,27 @@ struct GpuDiscovery {
   std::optional<std::string> warning;
 };
 
-// Discovers physical host GPUs through the public nvidia-smi CLI (one call),
-// run with tool_environment(driver_dir) (runner.hpp). Missing binary,
+// Discovers physical host GPUs through the public nvidia-smi CLI (one call;
+// where a GPU has MIG enabled, query_mig_devices adds its MIG devices after
+// the GPUs), run with tool_environment(driver_dir) (runner.hpp), and their
+// minors from the driver (read_driver_minors). Missing binary,
 // non-zero exit (no driver; 14 with valid rows is only a warning) and
 // unparsable output are CudaMpsError with the tool's own message and a hint.
-GpuDiscovery query_gpus(CommandRunner& runner, const std::string& nvidia_smi,
-                        const std::optional<std::string>& driver_dir = std::nullopt);
+GpuDiscovery query_gpus(CommandRunner& runner, const Tools& tools, const DriverFileReader& read = read_driver_file);
+// The MIG devices of `gpus` (those nvidia-smi reports with MIG enabled), as
+// GpuIdentity with `mig` set: `nvidia-smi -L` names them and their parents,
+// the human table's "MIG devices:" block their GPU and compute instances
+// (left -1 when the block does not list a device). Runs nothing and returns
+// none when no GPU has MIG enabled. Errors as query_gpus.
+std::vector<GpuIdentity> query_mig_devices(CommandRunner& runner, const Tools& tools, const std::vector<GpuIdentity>& gpus);
+// Joins the two outputs query_mig_devices reads (exposed for tests).
+std::vector<GpuIdentity> mig_devices_from(const std::vector<GpuIdentity>& gpus, std::string_view list_output,
+                                          std::string_view table_output);
+// Whether nvidia-smi reports MIG mode enabled for `gpu`.
+bool mig_enabled(const GpuIdentity& gpu);
+
 // query_gpus without the warning.
-std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const std::string& nvidia_smi,
-                                       const std::optional<std::string>& driver_dir = std::nullopt);
+std::vector<GpuIdentity> discover_gpus(CommandRunner& runner, const Tools& tools);
 
 // Splits a CUDA_VISIBLE_DEVICES value into trimmed entries.
 std::vector<std::string> split_mask(std::string_view mask);
@@ -94,13 +137,14 @@ std::vector<std::string> split_mask(std::string_view mask);
 // indices, full UUIDs (any spelling), unique UUID prefixes. `-1` or an empty
 // mask means no GPU is visible; like CUDA, entries after an invalid one are
 // never reached, but here an unknown or ambiguous entry is an error naming it.
-// `nullopt` (unset) means every GPU is visible. MIG entries are rejected here:
-// a MIG slice cannot host a per-GPU MPS daemon.
+// `nullopt` (unset) means every GPU is visible. A MIG UUID names one of the
+// MIG devices among `gpus` (query_mig_devices).
 std::vector<GpuIdentity> visible_gpus(const std::optional<std::string>& mask,
                                       const std::vector<GpuIdentity>& gpus);
 
 // Finds the single host GPU that `entry` names (index, UUID or unique UUID
-// prefix); throws CudaMpsError naming the entry otherwise.
+// prefix; a MIG UUID names a MIG device of `gpus`); throws CudaMpsError
+// naming the entry otherwise.
 const GpuIdentity& find_gpu(std::string_view entry, const std::vector<GpuIdentity>& gpus);
 
 // Returns CUDA_VISIBLE_DEVICES entries with numeric indices replaced by the

@@ -26,13 +26,14 @@ void apply_driver_dir(Tools& tools, const std::string& driver_dir, bool nvidia_s
 }
 
 std::optional<std::string> gpu_refuses_mps(const GpuIdentity& gpu) {
+  if (gpu.mig) return std::nullopt;  // a MIG device: its parent's compute mode decides (require_gpus_suit_mps)
   if (gpu.compute_mode == "Prohibited") {
     return "is in compute mode Prohibited: no CUDA process, the MPS server included, may use it (an administrator sets "
            "Exclusive_Process or Default with nvidia-smi -c)";
   }
-  if (gpu.mig_mode == "Enabled") {
-    return "has MIG enabled: each MIG instance would need its own MPS daemon, which is not supported yet (use a GPU "
-           "without MIG, or run the job without MPS)";
+  if (mig_enabled(gpu)) {
+    return "has MIG enabled: MPS runs on its MIG devices, one daemon each, never on the whole GPU; ask for a MIG slice "
+           "(Slurm: a MIG GRES such as --gres=gpu:1g.18gb:1; the CLI: its MIG-<uuid> from nvidia-smi -L)";
   }
   return std::nullopt;
 }
@@ -43,12 +44,20 @@ void require_gpus_suit_mps(const std::vector<GpuIdentity>& gpus, const std::vect
     bool wanted = std::any_of(uuids.begin(), uuids.end(), [&](const auto& u) { return canonicalize_gpu_uuid(u) == token; });
     if (!wanted) continue;
     if (auto why = gpu_refuses_mps(g)) throw CudaMpsError(fmt::format("{} {}", gpu_label(g), *why));
+    if (!g.mig) continue;
+    auto parent = std::find_if(gpus.begin(), gpus.end(), [&](const auto& p) { return !p.mig && p.uuid == g.mig->parent_uuid; });
+    if (parent != gpus.end() && parent->compute_mode == "Prohibited") {
+      throw CudaMpsError(fmt::format("MIG device {} is part of {}, which is in compute mode Prohibited: no CUDA process may use "
+                                     "it (an administrator sets Default with nvidia-smi -c)",
+                                     g.uuid, gpu_label(*parent)));
+    }
   }
 }
 
 NvidiaToolFacts gather_nvidia_tool_facts(CommandRunner& runner, const Tools& tools,
                                          const std::function<bool(const std::string&)>& executable,
-                                         const std::function<bool(const std::string&)>& is_directory) {
+                                         const std::function<bool(const std::string&)>& is_directory,
+                                         const DriverFileReader& read) {
   NvidiaToolFacts f;
   f.tools = tools;
   f.nvidia_smi_executable = executable(tools.nvidia_smi);
@@ -59,7 +68,7 @@ NvidiaToolFacts gather_nvidia_tool_facts(CommandRunner& runner, const Tools& too
   }
   if (!f.nvidia_smi_executable) return f;
   try {
-    f.discovery = query_gpus(runner, tools.nvidia_smi, tools.driver_dir);
+    f.discovery = query_gpus(runner, tools, read);
   } catch (const CudaMpsError& e) {
     f.discovery_error = e.what();
   }
@@ -101,8 +110,18 @@ NvidiaCheckResult check_nvidia_tools_run(const NvidiaToolFacts& f) {
 
 NvidiaCheckResult check_compute_modes(const std::vector<GpuIdentity>& gpus) {
   NvidiaCheckResult r{"compute-mode", CheckStatus::kOk, ""};
-  std::vector<std::string> refused, not_exclusive;
+  std::vector<std::string> refused, not_exclusive, mig;
+  size_t whole = 0;
   for (const auto& g : gpus) {
+    if (g.mig) continue;  // a MIG device has no compute mode of its own
+    if (mig_enabled(g)) {
+      // NVIDIA: Exclusive_Process is not supported in MIG mode (one MPS
+      // server per MIG device shares the GPU); jobs get its MIG devices.
+      const auto n = std::count_if(gpus.begin(), gpus.end(), [&](const auto& m) { return m.mig && m.mig->parent_uuid == g.uuid; });
+      mig.push_back(fmt::format("GPU {} has MIG enabled ({} MIG device{}: one daemon each)", g.index, n, plural(static_cast<size_t>(n))));
+      continue;
+    }
+    ++whole;
     if (auto why = gpu_refuses_mps(g)) {
       refused.push_back(fmt::format("{} {}", gpu_label(g), *why));
     } else if (g.compute_mode != kExclusiveProcess) {
@@ -117,9 +136,12 @@ NvidiaCheckResult check_compute_modes(const std::vector<GpuIdentity>& gpus) {
     r.detail = fmt::format("{}: MPS works, but NVIDIA recommends Exclusive_Process with MPS (then only the MPS server "
                            "uses the GPU); unilab-mps never changes the mode",
                            join(not_exclusive, ", "));
+  } else if (whole > 0) {
+    r.detail = fmt::format("{} GPU{} in Exclusive_Process{}", whole, plural(whole), mig.empty() ? ", MIG off" : "");
   } else {
-    r.detail = fmt::format("{} GPU{} in Exclusive_Process, MIG off", gpus.size(), plural(gpus.size()));
+    r.detail = "no whole GPU: compute modes do not apply to MIG devices";
   }
+  if (!mig.empty()) r.detail += "; " + join(mig, "; ");
   return r;
 }
 

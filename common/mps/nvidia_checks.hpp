@@ -59,7 +59,8 @@ struct NvidiaToolFacts {
 // the configured nvidia-smi is executable.
 NvidiaToolFacts gather_nvidia_tool_facts(CommandRunner& runner, const Tools& tools,
                                          const std::function<bool(const std::string&)>& executable,
-                                         const std::function<bool(const std::string&)>& is_directory);
+                                         const std::function<bool(const std::string&)>& is_directory,
+                                         const DriverFileReader& read = read_driver_file);
 
 // "The NVIDIA tools run": nvidia-smi is where configured, runs with the
 // configured PATH/LD_LIBRARY_PATH and lists GPUs. An infoROM warning (exit

@@ -341,11 +341,15 @@ std::optional<std::string> VisibleDevicesResolver::uuid_for(const std::string& d
   auto mask = env_("CUDA_VISIBLE_DEVICES");
   std::optional<std::vector<GpuIdentity>> gpus;  // discovered once, only when an entry needs nvidia-smi
   auto host_gpus = [&]() -> const std::vector<GpuIdentity>& {
-    if (!gpus) gpus = discover_gpus(runner_, nvidia_smi_);
+    if (!gpus) {
+      Tools tools;
+      tools.nvidia_smi = nvidia_smi_;
+      gpus = discover_gpus(runner_, tools);
+    }
     return *gpus;
   };
   if (!mask) {
-    const auto& all = host_gpus();
+    const auto all = visible_gpus(std::nullopt, host_gpus());
     return n < all.size() ? std::optional<std::string>(all[n].uuid) : std::nullopt;
   }
   // CUDA enumerates the mask in order and stops at the first invalid entry.

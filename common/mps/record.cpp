@@ -124,7 +124,9 @@ nlohmann::json DaemonRecord::to_json() const {
   if (slurm) {
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& g : slurm->node_gpus) {
-      gpus.push_back({{"gres_index", g.gres_index}, {"device", g.device}, {"minor", g.minor}, {"uuid", g.uuid}});
+      nlohmann::json gj = {{"gres_index", g.gres_index}, {"device", g.device}, {"minor", g.minor}, {"uuid", g.uuid}};
+      if (g.mig) gj["mig"] = g.mig->to_json();  // only for MIG slices: other records stay as they were
+      gpus.push_back(std::move(gj));
     }
     j["slurm"] = {{"job_id", slurm->job_id},
                   {"node", slurm->node},
@@ -205,6 +207,7 @@ DaemonRecord DaemonRecord::from_json(const nlohmann::json& j) {
       n.device = field<std::string>(g, "device");
       n.minor = field<int>(g, "minor");
       n.uuid = display_gpu_uuid(field<std::string>(g, "uuid"));
+      if (g.contains("mig") && !g.at("mig").is_null()) n.mig = MigSlice::from_json(g.at("mig"));
       b.node_gpus.push_back(n);
     }
     r.slurm = b;

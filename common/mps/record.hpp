@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mps/mig.hpp"
 #include "common/mps/proc.hpp"
 #include "common/mps/modes.hpp"
 #include "common/mps/string_table.hpp"
@@ -25,12 +26,17 @@ inline constexpr StringTable<RecordState, 2> kRecordStateNames{{"starting", "run
 inline std::string_view to_string(RecordState s) { return kRecordStateNames.name(s); }
 
 // One GPU of a Slurm node, as the prolog mapped it: GRES index -> gres.conf
-// device file -> device minor -> nvidia-smi UUID.
+// device file -> device minor -> nvidia-smi UUID. A MIG slice is one GRES
+// too: its `device` is the file that tells it apart from the node's other
+// slices (its compute instance's capability file, which the job's device
+// cgroup allows and other slices' jobs may not open), its uuid MIG-...,
+// and `mig` names its parent GPU and instances.
 struct NodeGpu {
   int gres_index = -1;
-  std::string device;  // gres.conf File= entry, e.g. /dev/nvidia3
+  std::string device;  // gres.conf File= entry, e.g. /dev/nvidia3 (MIG: /dev/nvidia-caps/nvidia-capN)
   int minor = -1;
   std::string uuid;
+  std::optional<MigSlice> mig;
   bool operator==(const NodeGpu&) const = default;
 };
 

@@ -52,7 +52,7 @@ std::vector<GpuIdentity> gpus_of_daemons(const std::vector<GpuIdentity>& all, co
 
 void discover_into(HostStatus& h, Services& s, const Tools& tools, const StatusQuery& q) {
   try {
-    auto all = discover_gpus(s.runner, tools.nvidia_smi, tools.driver_dir);
+    auto all = discover_gpus(s.runner, tools);
     h.nvidia_smi_available = true;
     h.gpus = q.job_id ? gpus_of_daemons(all, h.managed_daemons) : visible_gpus(q.cuda_visible_devices, all);
   } catch (const CudaMpsError& e) {
@@ -188,7 +188,7 @@ void add_gpu_checks(Services& s, const Tools& tools, const std::optional<std::st
   };
   std::vector<GpuIdentity> gpus;
   try {
-    GpuDiscovery found = query_gpus(s.runner, tools.nvidia_smi, tools.driver_dir);
+    GpuDiscovery found = query_gpus(s.runner, tools);
     gpus = found.gpus;
     add("nvidia-smi", found.warning ? CheckStatus::kWarn : CheckStatus::kOk,
         fmt::format("{} reports {} GPU{}{}", tools.nvidia_smi, gpus.size(), gpus.size() == 1 ? "" : "s",

@@ -27,6 +27,9 @@ struct JobContext {
   uid_t uid = 0;
   gid_t gid = 0;
   std::optional<std::string> job_gpus;    // SLURM_JOB_GPUS (GRES indices)
+  // The prolog's CUDA_VISIBLE_DEVICES: Slurm's gpu/nvml puts a MIG slice's
+  // UUID there (26.05 also a GPU's), in SLURM_JOB_GPUS's order.
+  std::optional<std::string> cuda_visible_devices;
   std::string node;                       // SLURMD_NODENAME, else the host name
   std::optional<std::string> slurm_conf;  // SLURM_CONF
   // SLURM_JOB_SLUID (Slurm 25.11+ in the prolog): 26.05 names the job's

@@ -72,6 +72,7 @@ JobContext job_context_from_env(const Getenv& env) {
   j.uid = parse_id<uid_t>(env("SLURM_JOB_UID"), "SLURM_JOB_UID");
   j.gid = parse_id<gid_t>(env("SLURM_JOB_GID"), "SLURM_JOB_GID");
   j.job_gpus = env("SLURM_JOB_GPUS");
+  j.cuda_visible_devices = env("CUDA_VISIBLE_DEVICES");
   auto node = env("SLURMD_NODENAME");
   j.node = node && !node->empty() ? *node : current_host();
   j.slurm_conf = env("SLURM_CONF");

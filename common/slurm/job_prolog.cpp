@@ -40,12 +40,22 @@ std::string read_gres_conf(const std::string& path) {
   return *text;
 }
 
-// The node's GPUs in GRES order (the one nvidia-smi call of the job),
-// after checking that every GRES index of the job is one of them.
-std::vector<NodeGpu> job_node_gpus(Services& s, const PluginConfig& cfg, const JobContext& job, const std::vector<int>& job_gpus) {
+// The node's GPUs in GRES order (the one nvidia-smi call of the job; two
+// more where a GPU has MIG enabled), after checking that every GRES index
+// of the job is one of them. `notes` gets where Slurm's own pairing of
+// indices and UUIDs overrode gres.conf's order.
+std::vector<NodeGpu> job_node_gpus(Services& s, const PluginConfig& cfg, const JobContext& job, const std::vector<int>& job_gpus,
+                                   std::vector<std::string>& notes) {
   GresConf conf = parse_gres_conf(read_gres_conf(gres_conf_path(cfg, job.slurm_conf)), job.node);
-  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools.nvidia_smi, cfg.tools.driver_dir);  // the one nvidia-smi call
-  std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus);
+  std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools);  // the one nvidia-smi call
+  // The driver's MIG capability minors, read only where MIG is in play.
+  MigCaps caps;
+  if (std::any_of(gpus.begin(), gpus.end(), [](const auto& g) { return g.mig.has_value(); }) ||
+      std::any_of(conf.gpus.begin(), conf.gpus.end(), [](const auto& e) { return e.files.size() > 1; })) {
+    caps = read_mig_caps(cfg.tools.driver_proc + "/nvidia-caps/mig-minors");
+  }
+  std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus, device_minor, caps);
+  notes = apply_slurm_uuids(node_gpus, job_gpus, job.cuda_visible_devices, gpus, caps);
   for (int idx : job_gpus) {
     if (idx < 0 || static_cast<size_t>(idx) >= node_gpus.size()) {
       throw CudaMpsError(fmt::format("SLURM_JOB_GPUS names GRES index {} but gres.conf lists {} GPU(s) for node {}", idx,
@@ -67,6 +77,16 @@ std::vector<StartRequest> job_start_requests(const PluginConfig& cfg, const JobC
     groups.push_back(job_gpus);
   } else {
     for (int idx : job_gpus) groups.push_back({idx});
+  }
+  if (req.mode == JobMode::kMulti && job_gpus.size() > 1) {
+    for (int idx : job_gpus) {
+      const NodeGpu& g = node_gpus[static_cast<size_t>(idx)];
+      if (!g.mig) continue;
+      throw CudaMpsError(fmt::format("--unilab-mps=multi runs one daemon over all of job {}'s GPUs on node {}, but GRES index {} "
+                                     "is MIG device {}, and NVIDIA runs MPS on MIG as one daemon per MIG device; use "
+                                     "--unilab-mps (one daemon per GPU or MIG slice)",
+                                     job.job_id, job.node, idx, g.uuid));
+    }
   }
   std::vector<StartRequest> out;
   for (const auto& group : groups) {
@@ -131,7 +151,8 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
     out.note = fmt::format("job {} asked for MPS but has no GPU on node {}: nothing started", job.job_id, job.node);
     return out;
   }
-  std::vector<NodeGpu> node_gpus = job_node_gpus(s, cfg, job, job_gpus);
+  std::vector<std::string> pairing;
+  std::vector<NodeGpu> node_gpus = job_node_gpus(s, cfg, job, job_gpus, pairing);
   RecordStore store = slurm_record_store(cfg);
   // A requeued job keeps its id: clear what an interrupted earlier run left.
   EpilogOutcome earlier;
@@ -140,6 +161,7 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
     throw CudaMpsError(fmt::format("cannot clear what an earlier run of job {} left: {}", job.job_id, join(earlier.errors, "; ")));
   }
   out.warnings = std::move(earlier.warnings);
+  out.warnings.insert(out.warnings.end(), pairing.begin(), pairing.end());
   // Decided before anything starts: a node that constrains devices but
   // cannot put the daemon in the job refuses the job here.
   std::optional<ContainmentPlan> plan = job_containment_plan(cfg, job);

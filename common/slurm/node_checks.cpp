@@ -265,8 +265,10 @@ Result check_mps_control(const NodeFacts& f) {
 Result check_gres_conf(const NodeFacts& f) {
   if (!f.gres) return fail(f.gres_error);
   const GresConf& g = *f.gres;
-  std::string what = g.gpu_files.empty() ? (g.autodetect ? std::string("AutoDetect") : std::string("no GPU"))
-                                         : fmt::format("{} GPU file{}", g.gpu_files.size(), plural(g.gpu_files.size()));
+  const auto migs = static_cast<size_t>(std::count_if(g.gpus.begin(), g.gpus.end(), [](const auto& e) { return e.files.size() > 1; }));
+  std::string what = g.gpus.empty() ? (g.autodetect ? std::string("AutoDetect") : std::string("no GPU"))
+                                    : fmt::format("{} GPU GRES{}", g.gpus.size(),
+                                                  migs ? fmt::format(" ({} of them MIG slices, MultipleFiles=)", migs) : "");
   return ok(fmt::format("{}: {} for node {}", f.gres_path, what, f.node));
 }
 
@@ -296,9 +298,11 @@ Result check_gpu_unlisted(const NodeFacts& f) {
   if (!f.gres || !f.gpus || !f.gpu_map_error.empty()) return std::nullopt;
   std::vector<std::string> unlisted;
   for (const auto& g : *f.gpus) {
+    if (mig_enabled(g)) continue;  // its MIG devices are the GRES, never the GPU itself
     bool listed = std::any_of(f.gpu_entries.begin(), f.gpu_entries.end(),
                               [&](const GresGpuMapping& m) { return m.gpu && m.gpu->uuid == g.uuid; });
-    if (!listed) unlisted.push_back(fmt::format("nvidia-smi {} (minor {}, {})", g.index, g.minor_number, g.uuid));
+    if (!listed && g.mig) unlisted.push_back(fmt::format("MIG device {} ({} on nvidia-smi {})", g.uuid, g.mig->profile, g.mig->parent_index));
+    if (!listed && !g.mig) unlisted.push_back(fmt::format("nvidia-smi {} (minor {}, {})", g.index, g.minor_number, g.uuid));
   }
   if (unlisted.empty()) return std::nullopt;
   return warn(fmt::format("{}: in no gres.conf File= entry, so Slurm never gives it to a job", join(unlisted, "; ")));
@@ -471,10 +475,11 @@ std::vector<DoctorCheck> run_node_checks(const NodeFacts& facts, const std::vect
 std::vector<NodeGpuRow> node_gpu_rows(const NodeFacts& f) {
   std::vector<NodeGpuRow> rows;
   for (const auto& m : f.gpu_entries) {
-    NodeGpuRow row{m.gres_index, m.device, m.minor, std::nullopt, "", m.problem};
+    NodeGpuRow row{m.gres_index, m.device, m.minor, std::nullopt, "", m.problem, std::nullopt};
     if (m.gpu) {
-      row.nvidia_smi_index = m.gpu->index;
+      row.nvidia_smi_index = m.gpu->mig ? m.gpu->mig->parent_index : m.gpu->index;
       row.uuid = m.gpu->uuid;
+      row.mig = m.gpu->mig;
     } else if (!f.gpus && m.minor >= 0) {
       row.problem = fmt::format("minor {}: no nvidia-smi GPU table to map it with", m.minor);
     }

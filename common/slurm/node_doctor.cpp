@@ -14,7 +14,8 @@ nlohmann::json NodeGpuRow::to_json() const {
           {"minor", minor},
           {"nvidia_smi_index", nvidia_smi_index ? nlohmann::json(*nvidia_smi_index) : nlohmann::json(nullptr)},
           {"uuid", uuid.empty() ? nlohmann::json(nullptr) : nlohmann::json(uuid)},
-          {"problem", problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(problem)}};
+          {"problem", problem.empty() ? nlohmann::json(nullptr) : nlohmann::json(problem)},
+          {"mig", mig ? mig->to_json() : nlohmann::json(nullptr)}};
 }
 
 bool NodeDoctorReport::ok() const {
@@ -43,9 +44,14 @@ std::string NodeDoctorReport::to_text() const {
     for (const auto& r : gpus) w = std::max(w, r.device.size());
     out += fmt::format("\n{:<5} {:<{}} {:<5} {:<4} {}\n", "GRES", "DEVICE", w, "MINOR", "SMI", "UUID");
     for (const auto& r : gpus) {
+      // A MIG slice: its UUID, then what it is part of.
+      std::string what = r.problem.empty() ? r.uuid : "NOT MAPPED: " + r.problem;
+      if (r.mig && r.problem.empty()) {
+        what += fmt::format(" (MIG {} of {}, GPU instance {}, compute instance {})", r.mig->profile, r.mig->parent_uuid,
+                            r.mig->gpu_instance, r.mig->compute_instance);
+      }
       out += fmt::format("{:<5} {:<{}} {:<5} {:<4} {}\n", r.gres_index, r.device, w, r.minor < 0 ? "-" : std::to_string(r.minor),
-                         r.nvidia_smi_index ? std::to_string(*r.nvidia_smi_index) : "-",
-                         r.problem.empty() ? r.uuid : "NOT MAPPED: " + r.problem);
+                         r.nvidia_smi_index ? std::to_string(*r.nvidia_smi_index) : "-", what);
     }
   }
   out += ok() ? "\nready\n" : "\nnot ready\n";

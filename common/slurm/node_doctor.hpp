@@ -52,6 +52,7 @@ struct NodeGpuRow {
   std::optional<int> nvidia_smi_index;
   std::string uuid;
   std::string problem;  // empty when the GPU maps
+  std::optional<MigSlice> mig;  // a MIG slice: its parent and instances (SMI is the parent's index)
   nlohmann::json to_json() const;
 };
 

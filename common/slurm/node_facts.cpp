@@ -116,7 +116,7 @@ void gather_slurmd(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
 void gather_tools(NodeProbe& probe, CommandRunner& runner, NodeFacts& f) {
   f.nvidia = gather_nvidia_tool_facts(
       runner, f.config.tools, [&](const std::string& p) { return probe.executable(p); },
-      [&](const std::string& p) { return probe.stat(p).is_dir; });
+      [&](const std::string& p) { return probe.stat(p).is_dir; }, [&](const std::string& p) { return probe.read_file(p); });
   f.nvidia_smi_executable = f.nvidia.nvidia_smi_executable;
   if (f.nvidia.discovery) f.gpus = f.nvidia.discovery->gpus;
   if (f.nvidia.discovery_error) f.gpus_error = *f.nvidia.discovery_error;
@@ -136,9 +136,21 @@ void gather_gres(NodeProbe& probe, NodeFacts& f) {
     f.gres_error = fmt::format("{}: {}", f.gres_path, e.what());
     return;
   }
+  const std::vector<GpuIdentity> gpus = f.gpus.value_or(std::vector<GpuIdentity>{});
+  MigCaps caps;
+  if (std::any_of(gpus.begin(), gpus.end(), [](const auto& g) { return g.mig.has_value(); }) ||
+      std::any_of(f.gres->gpus.begin(), f.gres->gpus.end(), [](const auto& e) { return e.files.size() > 1; })) {
+    const std::string path = f.config.tools.driver_proc + "/nvidia-caps/mig-minors";
+    try {
+      auto minors = probe.read_file(path);
+      if (!minors) throw CudaMpsError("cannot read it");
+      caps.minors = MigMinors::parse(*minors);
+    } catch (const CudaMpsError& e) {
+      caps.error = fmt::format("{}: {} (the driver lists the capability minors of MIG instances there)", path, e.what());
+    }
+  }
   try {
-    f.gpu_entries = map_node_gpu_entries(*f.gres, f.gpus.value_or(std::vector<GpuIdentity>{}),
-                                         [&](const std::string& p) { return probe.device_minor(p); });
+    f.gpu_entries = map_node_gpu_entries(*f.gres, gpus, [&](const std::string& p) { return probe.device_minor(p); }, caps);
   } catch (const CudaMpsError& e) {
     f.gpu_map_error = e.what();
   }

@@ -122,6 +122,12 @@ const PluginArgSpec kPluginArgs[] = {
     {"gres_conf", [](const PluginConfig&) { return std::string("`gres.conf` next to `SLURM_CONF`"); },
      "where GRES indices are mapped to device files", "where GRES indices are mapped to device files",
      [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.gres_conf = absolute_path(k, v); }},
+    {"driver_proc", [](const PluginConfig& d) { return code(d.tools.driver_proc); },
+     "where the NVIDIA kernel module shows itself: each GPU's device minor, MIG capability minors",
+     "where the NVIDIA kernel module shows itself: `nvidia/gpus/<bus>/information` gives each GPU's device minor (nvidia-smi 580 "
+     "has no `minor_number` field), `nvidia-caps/mig-minors` the capability minors of MIG instances (a MIG GRES's "
+     "`MultipleFiles=` names two of `/dev/nvidia-caps/nvidia-cap<m>`). Change it only for tests",
+     [](ArgParse& p, const std::string& k, const std::string& v) { p.cfg.tools.driver_proc = absolute_path(k, v); }},
     {"start_timeout", [](const PluginConfig& d) { return whole_seconds(d.start_timeout); },
      "seconds the job's daemons (started at once) have to answer before the prolog fails",
      "seconds the job's daemons, started at once, have to answer before the prolog fails (and the node drains)",

@@ -103,6 +103,17 @@ std::vector<int> task_gpu_indices(const TaskContext& task, const std::vector<Nod
   const std::optional<std::string>& cvd = task.cuda_visible_devices;
   if (cvd && !cvd->empty()) {
     for (const auto& e : split_mask(*cvd)) add(gres_index_of_entry(e, task, node_gpus, vis));
+    // Under device constraint a GPU the task may not open is not its own.
+    // Slurm before 23.11.4 gave every task of a per-task binding the same
+    // (first) MIG UUID while each task's cgroup allowed its own slice: the
+    // device files decide then, as they do for local indices.
+    auto allowed = [&](int idx) {
+      return std::any_of(vis.allowed.begin(), vis.allowed.end(), [&](const NodeGpu* g) { return g->gres_index == idx; });
+    };
+    if (vis.constrained && !vis.allowed.empty() && !std::all_of(out.begin(), out.end(), allowed)) {
+      out.clear();
+      for (const auto* g : vis.allowed) add(g->gres_index);
+    }
   } else if (vis.constrained) {
     for (const auto* g : vis.allowed) add(g->gres_index);
   } else {

@@ -108,7 +108,7 @@ ensure_test_users
 CLUSTER_DIR=$WORK/cluster
 STATE_DIR=$CLUSTER_DIR/mps-state
 RUN_DIR=$CLUSTER_DIR/mps-run
-GOOD_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control max_threads=50 max_mem=4G start_timeout=10 stop_timeout=5"
+GOOD_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control max_threads=50 max_mem=4G start_timeout=10 stop_timeout=5"
 if ! CLUSTER_MODE=plain CLUSTER_NODES=1 PLUGIN_SO=$PLUGIN PLUGIN_ARGS=$GOOD_ARGS cluster_up; then
   fail "cluster up with the installed plugin"
   finish

@@ -88,7 +88,7 @@ start_cluster() { # start_cluster MODE
   RUN_DIR=$CLUSTER_DIR/r
   CACHE=$CLUSTER_DIR/spool/n1/conf-cache
   CLUSTER_MODE=$1 CLUSTER_NODES=1 CLUSTER_CONFIGLESS=1 PLUGIN_SO=$STAGE/unilab_mps.so \
-    PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control" \
+    PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control" \
     cluster_up
 }
 

@@ -90,7 +90,7 @@ bring_up() { # bring_up MODE [PrologFlags]
     CLUSTER_PROLOG_HELPERS=$helpers PLUGIN_ARGS="$(plugin_args)" cluster_up
 }
 plugin_args() { # plugin_args [extra...]
-  printf '%s' "state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=3${1:+ $*}"
+  printf '%s' "state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=3${1:+ $*}"
 }
 
 # submit WRAP...: an --unilab-mps batch job of unimps1 on one GPU; sets JOB.

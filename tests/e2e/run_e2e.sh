@@ -279,7 +279,7 @@ bring_up() { # bring_up MODE NODES
   fi
   CLUSTER_CGROUP2_SHIM=$shim CLUSTER_PROLOG_HELPERS=$helpers \
   CLUSTER_MODE=$1 CLUSTER_NODES=$2 PLUGIN_SO=$STAGE/unilab_mps.so \
-    PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5" \
+    PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5" \
     cluster_up
 }
 

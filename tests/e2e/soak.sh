@@ -35,7 +35,7 @@ CLUSTER_DIR=$STAGE/cluster
 STATE_DIR=$CLUSTER_DIR/mps-state
 RUN_DIR=$CLUSTER_DIR/mps-run
 CLUSTER_MODE=plain CLUSTER_NODES=1 CLUSTER_DEBUG=info PLUGIN_SO=$STAGE/unilab_mps.so \
-  PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5" \
+  PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5" \
   cluster_up || { fail "soak: cluster up"; finish; exit 1; }
 
 # kind of job i: single, per-task, multi; every 10th is cancelled mid-run.

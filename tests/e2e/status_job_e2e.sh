@@ -18,7 +18,7 @@ CLUSTER_DIR=$STAGE/c
 STATE_DIR=$CLUSTER_DIR/st   # not /run/unilab-mps (short: pipe paths must fit a socket address)
 RUN_DIR=$CLUSTER_DIR/r
 if ! CLUSTER_MODE=plain CLUSTER_NODES=1 PLUGIN_SO=$STAGE/unilab_mps.so \
-  PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$STAGE/fakes/nvidia-smi mps_control=$STAGE/fakes/nvidia-cuda-mps-control" \
+  PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$STAGE/fakes/nvidia-smi driver_proc=$STAGE/fakes/driver-proc mps_control=$STAGE/fakes/nvidia-cuda-mps-control" \
   cluster_up; then
   fail "cluster up"
   finish

@@ -174,6 +174,8 @@ struct Mig {
   std::string uuid;
   std::string profile;
   unsigned device = 0;
+  unsigned gi = 0;  // GPU instance id (default: device + 1)
+  unsigned ci = 0;  // compute instance id
 };
 
 struct GpuTable {
@@ -205,19 +207,33 @@ inline std::optional<GpuTable> read_gpu_table(const std::string& path, std::stri
     if (t.empty()) continue;
     const auto f = split(t, ',');
     const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    if (f[0] == "MIG") {
+      Mig m;
+      bool ok = (f.size() == 5 || f.size() == 7) && !f[2].empty() && !f[3].empty();
+      if (ok) {
+        const auto parent = parse_uint<unsigned>(f[1]);
+        const auto device = parse_uint<unsigned>(f[4]);
+        ok = parent && device;
+        if (ok) {
+          m = {*parent, f[2], f[3], *device, *device + 1, 0};
+          if (f.size() == 7) {
+            const auto gi = parse_uint<unsigned>(f[5]);
+            const auto ci = parse_uint<unsigned>(f[6]);
+            ok = gi && ci;
+            if (ok) m.gi = *gi, m.ci = *ci;
+          }
+        }
+      }
+      if (!ok) {
+        *error = where + "bad MIG line (MIG, parent index, uuid, profile, device[, gi, ci]): " + t;
+        return std::nullopt;
+      }
+      table.migs.push_back(m);
+      continue;
+    }
     if (f.size() != 5) {
       *error = where + "expected 5 comma-separated fields: " + t;
       return std::nullopt;
-    }
-    if (f[0] == "MIG") {
-      const auto parent = parse_uint<unsigned>(f[1]);
-      const auto device = parse_uint<unsigned>(f[4]);
-      if (!parent || !device || f[2].empty() || f[3].empty()) {
-        *error = where + "bad MIG line: " + t;
-        return std::nullopt;
-      }
-      table.migs.push_back({*parent, f[2], f[3], *device});
-      continue;
     }
     const auto index = parse_uint<unsigned>(f[0]);
     if (!index || f[1].empty()) {

@@ -118,7 +118,8 @@ std::optional<std::string> field_value(const std::string& field, const fake::Gpu
   std::optional<std::string> v;
   if (field == "index") v = std::to_string(g.index);
   if (field == "uuid" || field == "gpu_uuid") v = cfg && cfg->flag("smi_upper_uuid") ? upper_hex(g.uuid) : g.uuid;
-  if (field == "minor_number") v = g.minor_number;
+  // No "minor_number": driver 580's nvidia-smi refuses it (seen: 580.159.04);
+  // the minor is in /proc/driver/nvidia/gpus/<bus>/information (fake-driver-proc).
   if (field == "pci.bus_id" || field == "gpu_bus_id") v = g.bus_id;
   if (field == "name" || field == "gpu_name") v = g.name;
   if (field == "compute_mode") v = cfg ? gpu_knob(*cfg, "smi_compute_mode", g.index, "Default") : "Default";
@@ -191,8 +192,11 @@ void print_list(const fake::GpuTable& table, const std::vector<fake::Gpu>& gpus)
   }
 }
 
-// Human table: shape loosely follows the real one; nobody should parse it.
-void print_table(const std::vector<fake::Gpu>& gpus) {
+// Human table: shape loosely follows the real one; nobody should parse it,
+// except its "MIG devices:" block, whose rows are the only place nvidia-smi
+// pairs a MIG device index with its GPU and compute instance ids (the
+// block's shape is the MIG User Guide's).
+void print_table(const fake::GpuTable& table, const std::vector<fake::Gpu>& gpus) {
   std::printf("+-----------------------------------------------------------------------------------------+\n");
   std::printf("| NVIDIA-SMI 550.54.15 (unilab fake)   Driver Version: 550.54.15      CUDA Version: 12.4  |\n");
   std::printf("|-----+--------------------------+------------------+-------+------------------------------|\n");
@@ -203,6 +207,29 @@ void print_table(const std::vector<fake::Gpu>& gpus) {
                 g.uuid.c_str());
   }
   std::printf("+-----------------------------------------------------------------------------------------+\n");
+  bool any_mig = false;
+  for (const auto& m : table.migs) {
+    for (const auto& g : gpus) any_mig = any_mig || g.index == m.parent;
+  }
+  if (any_mig) {
+    std::printf("\n+-----------------------------------------------------------------------------------------+\n");
+    std::printf("| MIG devices:                                                                            |\n");
+    std::printf("+------------------+----------------------------------+-----------+-----------------------+\n");
+    std::printf("| GPU  GI  CI  MIG |                     Memory-Usage |        Vol|        Shared         |\n");
+    std::printf("|      ID  ID  Dev |                       BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |\n");
+    std::printf("|                  |                                  |        ECC|                       |\n");
+    std::printf("|==================+==================================+===========+=======================|\n");
+    for (const auto& g : gpus) {
+      for (const auto& m : table.migs) {
+        if (m.parent != g.index) continue;
+        std::printf("| %2u  %3u %3u %3u  |              12MiB / 19968MiB    | 16      0 |  1   0    1    0    1 |\n", m.parent,
+                    m.gi, m.ci, m.device);
+        std::printf("|                  |                 0MiB / 32767MiB  |           |                       |\n");
+        std::printf("+------------------+----------------------------------+-----------+-----------------------+\n");
+      }
+    }
+    std::printf("\n+-----------------------------------------------------------------------------------------+\n");
+  }
   std::printf("| Processes:                                                                              |\n");
   std::printf("|  No running processes found                                                             |\n");
   std::printf("+-----------------------------------------------------------------------------------------+\n");
@@ -270,7 +297,7 @@ int main(int argc, char** argv) {
   if (opt.list) {
     print_list(*table, *gpus);
   } else {
-    print_table(*gpus);
+    print_table(*table, *gpus);
   }
   return 0;
 }

@@ -96,12 +96,15 @@ export UNILAB_FAKE_GPU_TABLE=$WORK/gpus.csv
 conf
 
 echo "# nvidia-smi"
-out=$("$SMI" --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv); rc=$?
+out=$("$SMI" --query-gpu=index,uuid,pci.bus_id,name --format=csv); rc=$?
 expect_eq "query: exit 0" 0 "$rc"
-expect_eq "query: header and rows in index order" "index, uuid, minor_number, pci.bus_id, name
-0, $G0, 5, 00000000:18:00.0, NVIDIA H200
-1, $G1, 3, 00000000:2A:00.0, NVIDIA H200
-2, $G2, 1, 00000000:85:00.0, NVIDIA A100-SXM4-80GB" "$out"
+expect_eq "query: header and rows in index order" "index, uuid, pci.bus_id, name
+0, $G0, 00000000:18:00.0, NVIDIA H200
+1, $G1, 00000000:2A:00.0, NVIDIA H200
+2, $G2, 00000000:85:00.0, NVIDIA A100-SXM4-80GB" "$out"
+# Driver 580's nvidia-smi has no minor_number (seen: 580.159.04 on an H200).
+out=$("$SMI" --query-gpu=index,minor_number --format=csv,noheader); rc=$?
+expect_eq "query: minor_number is refused as driver 580 refuses it" "2 Field \"minor_number\" is not a valid field to query." "$rc $out"
 out=$("$SMI" --query-gpu=uuid,index --format=csv,noheader,nounits)
 expect_eq "query: noheader, requested field order" "$G0, 0
 $G1, 1
@@ -121,9 +124,9 @@ expect_eq "query: missing --format exits 2" 2 "$rc"
 out=$("$SMI" --bogus-option); rc=$?
 expect_eq "unknown option exits 2" 2 "$rc"
 check "unknown option prints a message" test -n "$out"
-out=$("$SMI" -i 2,$G0 --query-gpu=index,minor_number --format=csv,noheader)
-expect_eq "-i by index and uuid, index order" "0, 5
-2, 1" "$out"
+out=$("$SMI" -i 2,$G0 --query-gpu=index,pci.bus_id --format=csv,noheader)
+expect_eq "-i by index and uuid, index order" "0, 00000000:18:00.0
+2, 00000000:85:00.0" "$out"
 out=$("$SMI" --id=00000000:2A:00.0 --query-gpu=index --format=csv,noheader)
 expect_eq "--id by PCI bus id" "1" "$out"
 out=$("$SMI" -i 7 --query-gpu=index --format=csv); rc=$?
@@ -141,6 +144,27 @@ expect_eq "-L with -i" "GPU 0: NVIDIA H200 (UUID: $G0)" "$out"
 out=$("$SMI"); rc=$?
 expect_eq "no arguments: exit 0" 0 "$rc"
 expect_has "no arguments: table lists GPUs" "$G2" "$out"
+# Its "MIG devices:" block: GPU, GI, CI, MIG device (default GI = device + 1, CI 0).
+expect_eq "no arguments: MIG block rows" "|  2    1   0   0  |
+|  2    2   0   1  |" "$(grep -E '^\| +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +\|' <<<"$out" | cut -c1-20)"
+# fake-driver-proc: the driver's /proc/driver view of the same table.
+if [[ -x "$BIN/fake-driver-proc" ]]; then
+  "$BIN/fake-driver-proc" "$WORK/proc"; rc=$?
+  expect_eq "fake-driver-proc: exit 0" 0 "$rc"
+  info=$(cat "$WORK/proc/nvidia/gpus/0000:2a:00.0/information" 2>&1)
+  expect_has "fake-driver-proc: GPU 1's information has its UUID" "GPU UUID: 	 $G1" "$info"
+  expect_has "fake-driver-proc: ... and its minor" "Device Minor: 	 3" "$info"
+  expect_has "fake-driver-proc: ... under its kernel bus name" "Bus Location: 	 0000:2a:00.0" "$info"
+  minors=$(cat "$WORK/proc/nvidia-caps/mig-minors" 2>&1)
+  expect_eq "fake-driver-proc: mig-minors begins as the driver's" "config 1
+monitor 2
+gpu0/gi0/access 3
+gpu0/gi0/ci0/access 4" "$(head -n4 <<<"$minors")"
+  expect_eq "fake-driver-proc: ... ends at gpu31/gi14/ci7 4322 as the driver's" "gpu31/gi14/ci7/access 4322" "$(tail -n1 <<<"$minors")"
+  expect_has "fake-driver-proc: gpu1/gi1 (GPU 2's minor 1, its MIG device 0)" "gpu1/gi1/access 147" "$minors"
+else
+  nok "fake-driver-proc is built next to the other fakes"
+fi
 out=$(CUDA_VISIBLE_DEVICES=1 "$SMI" --query-gpu=index --format=csv,noheader)
 expect_eq "ignores CUDA_VISIBLE_DEVICES" "0
 1
@@ -169,19 +193,19 @@ expect_lacks "garbage output has no CSV separators" ", " "$out"
 conf smi_latency_ms=400
 t0=$(now_ms); "$SMI" -L >/dev/null; t1=$(now_ms)
 check "smi_latency_ms delays the answer (took $((t1 - t0)) ms)" test $((t1 - t0)) -ge 400
-Q7=index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name
-out=$("$SMI" --query-gpu=$Q7 --format=csv,noheader); rc=$?
-expect_eq "modes: Default and MIG Disabled unless a knob says otherwise" "0 0, $G0, 5, 00000000:18:00.0, Default, Disabled, NVIDIA H200" \
+Q6=index,uuid,pci.bus_id,compute_mode,mig.mode.current,name
+out=$("$SMI" --query-gpu=$Q6 --format=csv,noheader); rc=$?
+expect_eq "modes: Default and MIG Disabled unless a knob says otherwise" "0 0, $G0, 00000000:18:00.0, Default, Disabled, NVIDIA H200" \
   "$rc $(head -n1 <<<"$out")"
 conf smi_compute_mode=Exclusive_Process smi_compute_mode.1=Prohibited smi_mig_mode.2=Enabled
 out=$("$SMI" --query-gpu=index,compute_mode,mig.mode.current --format=csv,noheader)
 expect_eq "smi_compute_mode[.N], smi_mig_mode.N: per GPU" "0, Exclusive_Process, Disabled
 1, Prohibited, Disabled
 2, Exclusive_Process, Enabled" "$out"
-conf smi_na=minor_number,mig.mode.current smi_not_supported=compute_mode
-out=$("$SMI" --query-gpu=$Q7 --format=csv,noheader -i 0)
+conf smi_na=pci.bus_id,mig.mode.current smi_not_supported=compute_mode
+out=$("$SMI" --query-gpu=$Q6 --format=csv,noheader -i 0)
 expect_eq "smi_na / smi_not_supported: fields printed as the real tool does" \
-  "0, $G0, [N/A], 00000000:18:00.0, [Not Supported], [N/A], NVIDIA H200" "$out"
+  "0, $G0, [N/A], [Not Supported], [N/A], NVIDIA H200" "$out"
 conf smi_upper_uuid=1
 printf '0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:17:00.0, Hex GPU\n' >"$WORK/hex.csv"
 out=$(UNILAB_FAKE_GPU_TABLE=$WORK/hex.csv "$SMI" --query-gpu=uuid,pci.bus_id --format=csv,noheader)

@@ -12,6 +12,11 @@ small kernel every 0.2 s for --hold seconds.
 (tests/fakes) for --hold seconds and reports that process as the client, so
 the same flow is exercised against the fake MPS daemon.
 
+--fault: once ready, cause a fatal GPU fault (a device-side assert) and
+record CUDA's message as "fault_error"; exit 3. A holding client whose
+kernels start failing (another client's fault on the same MPS server)
+records "hold_error" and exits 4.
+
 Exit 0 on success, 1 when CUDA (or the fake client) fails; the error is in
 the JSON ("error") and on stderr.
 """
@@ -57,16 +62,36 @@ def real(args, out):
         out["device_name"] = props.name
         uuid = getattr(props, "uuid", None)
         out["device_uuid"] = str(uuid) if uuid is not None else None
+        # Under an active thread percentage the client sees fewer SMs.
+        out["sm_count"] = props.multi_processor_count
         out["cuda_init_s"] = round(time.perf_counter() - t0, 3)
     except Exception as e:  # noqa: BLE001
         out["error"] = "CUDA failed: %s" % e
         return 1
     out["probe"] = run_probe(args.probe)
     write_json(args.ready, out)
+    if args.fault:
+        # A fatal fault in this client: a device-side assert (index out of
+        # bounds), sticky for the context, fatal for the MPS server's clients.
+        try:
+            idx = torch.tensor([1 << 30], device="cuda")
+            y = x[idx]
+            torch.cuda.synchronize()
+            out["fault_error"] = "no error (value %s)" % float(y.sum().item())
+        except Exception as e:  # noqa: BLE001
+            out["fault_error"] = str(e).splitlines()[0][:300]
+        write_json(args.ready, out)
+        return 3
     end = time.time() + args.hold
     while time.time() < end:
-        x.add_(1.0)
-        torch.cuda.synchronize()
+        try:
+            x.add_(1.0)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - e.g. another client's fatal fault on the same server
+            out["hold_error"] = str(e).splitlines()[0][:300]
+            out["hold_error_after_s"] = round(args.hold - (end - time.time()), 2)
+            write_json(args.ready, out)
+            return 4
         time.sleep(0.2)
     return 0
 
@@ -101,6 +126,7 @@ def main():
     ap.add_argument("--hold", type=float, default=10.0)
     ap.add_argument("--ready", required=True, help="JSON file written once CUDA works")
     ap.add_argument("--fake", help="fake CUDA client to run instead of PyTorch (dry run)")
+    ap.add_argument("--fault", action="store_true", help="after --ready, cause a fatal fault (device-side assert); exit 3")
     ap.add_argument("--probe", nargs=argparse.REMAINDER, help="command to run from inside the client")
     args = ap.parse_args()
     out = {
@@ -108,6 +134,8 @@ def main():
         "cuda_pid": os.getpid(),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "CUDA_MPS_PIPE_DIRECTORY": os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+        "CUDA_MPS_CLIENT_PRIORITY": os.environ.get("CUDA_MPS_CLIENT_PRIORITY"),
     }
     rc = fake(args, out) if args.fake else real(args, out)
     if rc != 0:

@@ -35,7 +35,7 @@ configure_and_build() {
     -DUNILAB_MPS_BUILD_PLUGIN=OFF -DUNILAB_MPS_UNIT_TESTS=OFF -DUNILAB_MPS_BUILD_TESTS=ON \
     -DUNILAB_MPS_THIRD_PARTY_INCLUDE="$bundle/include" \
     "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc" >/dev/null
-  ninja -C "$build" unilab-mps unilab-mps-prolog unilab-mps-epilog fake_nvidia_smi fake_mps_control fake_cuda_client
+  ninja -C "$build" unilab-mps unilab-mps-prolog unilab-mps-epilog fake_nvidia_smi fake_mps_control fake_cuda_client fake_driver_proc
 }
 export -f configure_and_build
 export root build bundle
@@ -58,7 +58,8 @@ fi
 
 install -m 755 "$build/cli/unilab-mps" "$build/prolog/unilab-mps-prolog" "$build/prolog/unilab-mps-epilog" "$bundle/bin/"
 strip --strip-debug "$bundle"/bin/*
-install -m 755 "$build/fakes/bin/nvidia-smi" "$build/fakes/bin/nvidia-cuda-mps-control" "$build/fakes/bin/fake-cuda-client" "$bundle/fakes/"
+install -m 755 "$build/fakes/bin/nvidia-smi" "$build/fakes/bin/nvidia-cuda-mps-control" "$build/fakes/bin/fake-cuda-client" \
+  "$build/fakes/bin/fake-driver-proc" "$bundle/fakes/"
 strip --strip-debug "$bundle"/fakes/*
 install -m 644 "$build/fakes/bin/gpus.csv" "$bundle/fakes/"
 

@@ -129,7 +129,9 @@ smi() {
   local a
   for a in "$@"; do
     case $a in
-    -L | -q | --list-gpus | --query | -i | --id=* | --query-gpu=* | --query-compute-apps=* | --format=* | [0-9] | [0-9][0-9] | GPU-* | MIG-*) ;;
+    -L | -q | -x | --list-gpus | --query | -i | --id=* | --query-gpu=* | --query-compute-apps=* | --format=* | [0-9] | [0-9][0-9] | GPU-* | MIG-*) ;;
+    mig) [ "$1" = mig ] && [ $# -eq 2 ] && case $2 in -lgi | -lci | -lgip | -lcip) true ;; *) false ;; esac || { log "refusing nvidia-smi mig $*"; return 99; } ;;
+    -lgi | -lci | -lgip | -lcip) [ "$1" = mig ] || { log "refusing '$a' outside 'mig'"; return 99; } ;;
     *) log "refusing nvidia-smi argument '$a' (queries only)"; return 99 ;;
     esac
   done
@@ -163,6 +165,9 @@ if [ "$DRY" = 1 ]; then
   [ -x "$FAKES/nvidia-smi" ] || { log "--dry-run needs the fakes: run tests/gpu/prepare.sh (or set UNILAB_FAKES_DIR)"; exit 2; }
   mkdir -p "$WORK/drv/bin" "$WORK/drv/lib64" && cp -a "$FAKES/." "$WORK/drv/bin/" || exit 2
   SEARCH="$WORK/drv/bin"
+  # The fake driver's /proc/driver (device minors, MIG capability minors).
+  "$WORK/drv/bin/fake-driver-proc" "$WORK/drv/proc" || { log "fake-driver-proc failed (rerun tests/gpu/prepare.sh)"; exit 2; }
+  export UNILAB_MPS_DRIVER_PROC=$WORK/drv/proc
 fi
 find_tool() {  # NAME: the first executable NAME in SEARCH
   local d
@@ -197,24 +202,39 @@ command -v python3 >/dev/null || { log "python3 is needed (PyTorch client, JSON)
 smi >"$OUT/nvidia-smi.txt" 2>&1
 smi -L >"$OUT/nvidia-smi-L.txt" 2>&1
 smi -q >"$OUT/nvidia-smi-q.txt" 2>&1
-smi --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >"$OUT/gpus.csv" 2>&1
+smi --query-gpu=index,uuid,pci.bus_id,name --format=csv,noheader >"$OUT/gpus.csv" 2>&1
 smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-before.csv" 2>&1
 # The one query the prolog and the CLI send (common/mps/gpu.hpp kNvidiaSmiQueryFields).
-Q7=index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name
-smi --query-gpu=$Q7 --format=csv,noheader >"$OUT/gpus7.csv" 2>"$OUT/gpus7.err"
-rc7=$?
-fact smi.rc "exit code of the prolog's query (14 = infoROM warning, rows still valid)" "0" "$rc7$( [ -s "$OUT/gpus7.err" ] && echo ": $(head -n1 "$OUT/gpus7.err")")" info
-line7=$(grep -m1 "^$GPU, " "$OUT/gpus7.csv")
+Q6=index,uuid,pci.bus_id,compute_mode,mig.mode.current,name
+smi --query-gpu=$Q6 --format=csv,noheader >"$OUT/gpus6.csv" 2>"$OUT/gpus6.err"
+rc6=$?
+fact smi.rc "exit code of the prolog's query (14 = infoROM warning, rows still valid)" "0" "$rc6$( [ -s "$OUT/gpus6.err" ] && echo ": $(head -n1 "$OUT/gpus6.err")")" info
+line6=$(grep -m1 "^$GPU, " "$OUT/gpus6.csv")
 mps_fact smi.query "the prolog's query row: compute_mode and mig.mode.current before the name" \
-  "0, GPU-<uuid>, <minor>, 00000000:BB:DD.F, Default|Exclusive_Process|Prohibited, Enabled|Disabled|[N/A], <name>" "$line7" \
-  "$([[ $line7 =~ ^[0-9]+,\ GPU-[0-9a-fA-F-]{36},\ ([0-9]+|\[N/A\]),\ [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9],\ (Default|Exclusive_Process|Prohibited|\[N/A\]|\[Not\ Supported\]),\ (Enabled|Disabled|\[N/A\]|\[Not\ Supported\]),\ .+ ]] && echo 1 || echo 0)"
-MODE7=$(printf '%s' "$line7" | cut -d, -f5 | tr -d ' ') MIG7=$(printf '%s' "$line7" | cut -d, -f6 | tr -d ' ')
+  "0, GPU-<uuid>, 00000000:BB:DD.F, Default|Exclusive_Process|Prohibited, Enabled|Disabled|[N/A], <name>" "$line6" \
+  "$([[ $line6 =~ ^[0-9]+,\ GPU-[0-9a-fA-F-]{36},\ [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9],\ (Default|Exclusive_Process|Prohibited|\[N/A\]|\[Not\ Supported\]),\ (Enabled|Disabled|\[N/A\]|\[Not\ Supported\]),\ .+ ]] && echo 1 || echo 0)"
+MODE6=$(printf '%s' "$line6" | cut -d, -f4 | tr -d ' ') MIG6=$(printf '%s' "$line6" | cut -d, -f5 | tr -d ' ')
+# nvidia-smi 580 has no minor_number field (seen on this machine's first run):
+# the minor comes from the driver's own information file.
+out=$(smi --query-gpu=index,minor_number --format=csv,noheader 2>&1); rc=$?
+fact smi.minor_number "the minor_number query field (older drivers have it)" "-" "exit $rc: $(printf '%s' "$out" | head -n1)" info
 line=$(sed -n "$((GPU + 1))p" "$OUT/gpus.csv")
-mps_fact smi.csv "nvidia-smi CSV row: 'index, uuid, minor, bus, name' separated by ', '" \
-  "0, GPU-<uuid>, <minor>, 00000000:BB:DD.F, <name>" "$line" \
-  "$([[ $line =~ ^[0-9]+,\ GPU-[0-9a-f-]{36},\ [0-9]+,\ [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9],\ .+ ]] && echo 1 || echo 0)"
+mps_fact smi.csv "nvidia-smi CSV row: 'index, uuid, bus, name' separated by ', '" \
+  "0, GPU-<uuid>, 00000000:BB:DD.F, <name>" "$line" \
+  "$([[ $line =~ ^[0-9]+,\ GPU-[0-9a-f-]{36},\ [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9],\ .+ ]] && echo 1 || echo 0)"
 UUID=$(printf '%s' "$line" | cut -d, -f2 | tr -d ' ')
 [[ $UUID == GPU-* ]] || { log "cannot read GPU $GPU's UUID from nvidia-smi: $line"; exit 2; }
+BUS=$(printf '%s' "$line" | cut -d, -f3 | tr -d ' ')
+# The driver's information file of this GPU (kernel bus name: 4-digit domain, lower case).
+KBUS=$(printf '%s' "$BUS" | sed -E 's/^0000([0-9A-Fa-f]{4}:)/\1/' | tr '[:upper:]' '[:lower:]')
+DRIVER_PROC=${UNILAB_MPS_DRIVER_PROC:-/proc/driver}
+[ "$DRY" = 1 ] && DRIVER_PROC=$WORK/drv/proc
+INFO=$DRIVER_PROC/nvidia/gpus/$KBUS/information
+cp "$INFO" "$OUT/driver-information.txt" 2>/dev/null
+MINOR=$(sed -n 's/^Device Minor:[[:space:]]*//p' "$INFO" 2>/dev/null | tr -d ' ')
+mps_fact driver.minor "the driver's information file names the GPU and its device minor" "GPU UUID: $UUID, Device Minor: N" \
+  "$(grep -E '^(GPU UUID|Device Minor)' "$INFO" 2>&1 | tr '\t\n' '  ')" \
+  "$(grep -q "GPU UUID:[[:space:]]*$UUID" "$INFO" 2>/dev/null && [[ $MINOR =~ ^[0-9]+$ ]] && echo 1 || echo 0)"
 L=$(head -n1 "$OUT/nvidia-smi-L.txt")
 mps_fact smi.L "nvidia-smi -L line" "GPU 0: <name> (UUID: GPU-...)" "$L" "$([[ $L =~ ^GPU\ [0-9]+:\ .+\ \(UUID:\ GPU-[0-9a-f-]+\)$ ]] && echo 1 || echo 0)"
 fact smi.modes "compute mode, MIG mode, driver, persistence (read only)" "-" "$(sed -n "$((GPU + 1))p" "$OUT/modes-before.csv")" info
@@ -259,12 +279,12 @@ unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 # ---------------------------------------------------------------- 2. start + record vs reality
 log "start a daemon on GPU $GPU ($UUID)"
 "$UM" doctor "$UUID" --json >"$OUT/doctor.json" 2>>"$OUT/run.log"
-case "$MODE7/$MIG7" in
-*/Enabled | Prohibited/*) want_mode=fail ;;
+case "$MODE6/$MIG6" in
+Prohibited/*) want_mode=fail ;;
 Exclusive_Process/*) want_mode=ok ;;
 *) want_mode=warn ;;
 esac
-check doctor.mode "doctor reads the GPU's compute/MIG mode ($MODE7, MIG $MIG7; never changes it)" "$want_mode" \
+check doctor.mode "doctor reads the GPU's compute/MIG mode ($MODE6, MIG $MIG6; never changes it)" "$want_mode" \
   "$(jget "$OUT/doctor.json" '[c["status"] for c in d["checks"] if c["name"] == "compute-mode"][0]')"
 "$UM" start "$UUID" --json >"$OUT/start.json" 2>"$OUT/start.err"
 rc=$?
@@ -570,17 +590,240 @@ else
 fi
 check left.servers.end "no MPS process of ours left at the end (comm nvidia-cuda-mps, our uid)" "" "$(our_mps_named | tr '\n' ' ')"
 
+# ---------------------------------------------------------------- 7. per-client settings: thread share, priority
+# What a client's own environment does under a daemon (README's "per
+# daemon / per client" table): the SMs a client sees under
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, whether a client may ask for more than
+# the daemon's default, and which CUDA_MPS_CLIENT_PRIORITY values CUDA takes.
+# one_client TAG ENV...: runs a short client with ENV under the exported
+# daemon; prints "rc sm_count error"
+one_client() {
+  local tag=$1; shift
+  rm -f "$WORK/$tag.json"
+  local c=(python3 "$here/mps_client.py" --hold 0 --ready "$WORK/$tag.json")
+  [ "$DRY" = 1 ] && c+=(--fake "$FAKES/fake-cuda-client")
+  env "$@" timeout 120 "${c[@]}" >"$OUT/$tag.out" 2>&1
+  local rc=$?
+  cp "$WORK/$tag.json" "$OUT/$tag.json" 2>/dev/null
+  printf '%s|%s|%s' "$rc" "$(jget "$WORK/$tag.json" 'd.get("sm_count")')" "$(jget "$WORK/$tag.json" 'd.get("error")' | tr '|\n' '/ ' | cut -c1-200)"
+}
+# save_logs NAME LOG_DIR: the daemon's logs, kept before its stop removes them
+save_logs() { mkdir -p "$OUT/logs/$1" && cp -a "$2/." "$OUT/logs/$1/" 2>/dev/null; }
+log "per-client settings: thread share and priority"
+if "$UM" start "$UUID" --name pc --json >"$OUT/start-pc.json" 2>>"$OUT/run.log"; then
+  eval "$("$UM" env pc)"
+  export CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  PCLOG=$CUDA_MPS_LOG_DIRECTORY
+  IFS="|" read -r rc sm0 err <<<"$(one_client pc-default)"
+  fact share.default "a client with no share of its own" "-" "rc $rc, $sm0 SMs ${err}" info
+  for pct in 50 25; do
+    IFS="|" read -r rc sm err <<<"$(one_client "pc-share$pct" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct)"
+    fact "share.client$pct" "a client with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct" "fewer SMs than $sm0" "rc $rc, $sm SMs ${err}" \
+      "$([ "$DRY" = 1 ] && echo not-checked || { [ "$rc" = 0 ] && [ -n "$sm" ] && [ -n "$sm0" ] && [ "$sm" -lt "$sm0" ] 2>/dev/null && echo ok || echo differs; })"
+  done
+  echo "set_default_active_thread_percentage 25" | timeout 20 "$MPSCTL" >"$OUT/pc-set25.out" 2>&1
+  IFS="|" read -r rc sm25 err <<<"$(one_client pc-daemon25)"
+  fact share.daemon25 "a client under a daemon default of 25 %" "-" "rc $rc, $sm25 SMs ${err}" info
+  IFS="|" read -r rc sm err <<<"$(one_client pc-daemon25-client80 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=80)"
+  fact share.raise "a client asking for 80 % under a daemon default of 25 %: may it raise its own share?" "-" \
+    "rc $rc, $sm SMs (daemon default gives $sm25) ${err}" info
+  for prio in 0 1 2 -1 high; do
+    IFS="|" read -r rc sm err <<<"$(one_client "pc-prio$prio" CUDA_MPS_CLIENT_PRIORITY=$prio)"
+    fact "prio.$prio" "a client with CUDA_MPS_CLIENT_PRIORITY=$prio" "0 and 1 documented" "rc $rc, $sm SMs ${err}" info
+  done
+  # Two clients on the server at once, one each priority: both run.
+  save_logs pc "$PCLOG"
+  unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  "$UM" stop pc --json >"$OUT/stop-pc.json" 2>>"$OUT/run.log"
+  check pc.stop "stop the per-client daemon" quit "$(jget "$OUT/stop-pc.json" 'd["outcome"]')"
+else
+  fact pc "start a daemon for the per-client settings" "starts" "$(tail -n2 "$OUT/run.log")" fail
+fi
+
+# ---------------------------------------------------------------- 8. faults: what the real MPS says
+# A fatal fault in one client (a device-side assert), and a server killed
+# from outside: what the other client sees, what control.log and
+# server.log say, what get_server_list / get_server_status answer, and
+# whether the daemon takes new clients afterwards. These are the lines the
+# plugin's fault reporting reads (tests/fakes model them).
+if [ "$DRY" = 0 ]; then
+  log "faults: a client's fatal fault, a killed server"
+  if "$UM" start "$UUID" --name flt --json >"$OUT/start-flt.json" 2>>"$OUT/run.log"; then
+    fpid=$(jget "$OUT/start-flt.json" 'd["daemons"][0]["pid"]')
+    eval "$("$UM" env flt)"
+    export CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    FLOG=$CUDA_MPS_LOG_DIRECTORY
+    rm -f "$WORK/fa.json"
+    python3 "$here/mps_client.py" --hold 20 --ready "$WORK/fa.json" >"$OUT/fault-holder.out" 2>&1 &
+    hpid=$!
+    CLIENT_PIDS+=("$hpid")
+    for _ in $(seq 1 300); do [ -s "$WORK/fa.json" ] && break; sleep 0.1; done
+    fserver=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1 | grep -m1 -E '^[0-9]+$')
+    fsticks=$(start_ticks "${fserver:-0}")
+    cp "$FLOG/control.log" "$OUT/fault-control-before.log" 2>/dev/null
+    rm -f "$WORK/fb.json"
+    timeout 120 python3 "$here/mps_client.py" --hold 0 --fault --ready "$WORK/fb.json" >"$OUT/fault-client.out" 2>&1
+    frc=$?
+    cp "$WORK/fb.json" "$OUT/fault-client.json" 2>/dev/null
+    fact fault.client "a client's fatal fault (device-side assert): its own error" "-" "exit $frc: $(jget "$WORK/fb.json" 'd.get("fault_error")')" info
+    sleep 2
+    echo get_server_list | timeout 20 "$MPSCTL" >"$OUT/fault-servers.out" 2>&1
+    fact fault.servers "get_server_list after the fault" "-" "$(tr '\n' ' ' <"$OUT/fault-servers.out")" info
+    for cmd in "get_server_status ${fserver:-0}" "get_server_status" "get_client_list ${fserver:-0}" "help"; do
+      out=$(echo "$cmd" | timeout 20 "$MPSCTL" 2>&1); rc=$?
+      printf '### %s (exit %s)\n%s\n' "$cmd" "$rc" "$out" >>"$OUT/fault-commands.out"
+      fact "fault.cmd.${cmd%% *}$([ "$cmd" = "${cmd%% *}" ] && echo .bare)" "'$cmd' after the fault" "-" "exit $rc: $(printf '%s' "$out" | head -c 300)" info
+    done
+    fact fault.server.alive "the server process after the fault" "-" \
+      "$(proc_alive "${fserver:-0}" && [ "$(start_ticks "$fserver")" = "$fsticks" ] && echo "alive (pid $fserver)" || echo gone)" info
+    wait "$hpid"
+    hrc=$?
+    cp "$WORK/fa.json" "$OUT/fault-holder.json" 2>/dev/null
+    fact fault.holder "the other client of the same server" "-" "exit $hrc: $(jget "$WORK/fa.json" 'd.get("hold_error")') after $(jget "$WORK/fa.json" 'd.get("hold_error_after_s")') s" info
+    IFS="|" read -r rc sm err <<<"$(one_client fault-after)"
+    fact fault.newclient "a new client once the faulting and the holding client are gone" "-" "rc $rc ${err}" info
+    echo get_server_list | timeout 20 "$MPSCTL" >"$OUT/fault-servers-after.out" 2>&1
+    # A server killed from outside (SIGKILL, ours: child of our daemon, same start time)
+    rm -f "$WORK/fk.json"
+    python3 "$here/mps_client.py" --hold 20 --ready "$WORK/fk.json" >"$OUT/kill-holder.out" 2>&1 &
+    kpid=$!
+    CLIENT_PIDS+=("$kpid")
+    for _ in $(seq 1 300); do [ -s "$WORK/fk.json" ] && break; sleep 0.1; done
+    kserver=$(echo get_server_list | timeout 20 "$MPSCTL" 2>&1 | grep -m1 -E '^[0-9]+$')
+    if [ -n "$kserver" ] && proc_alive "$kserver"; then
+      kst=$(cat "/proc/$kserver/stat"); kst=${kst##*) }; read -r -a kf <<<"$kst"
+      if [ "${kf[1]}" = "$fpid" ]; then kill -KILL "$kserver"; fi
+    fi
+    wait "$kpid"
+    krc=$?
+    cp "$WORK/fk.json" "$OUT/kill-holder.json" 2>/dev/null
+    fact fault.killed.client "a client whose server was SIGKILLed" "-" "exit $krc: $(jget "$WORK/fk.json" 'd.get("hold_error")')" info
+    sleep 1
+    echo get_server_list | timeout 20 "$MPSCTL" >"$OUT/kill-servers.out" 2>&1
+    IFS="|" read -r rc sm err <<<"$(one_client kill-after)"
+    fact fault.killed.newclient "a new client after its server was killed" "-" "rc $rc ${err}" info
+    fact fault.daemon.alive "the control daemon after both" "-" "$(proc_alive "$fpid" && echo alive || echo gone)" info
+    save_logs flt "$FLOG"
+    unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    "$UM" stop flt --json >"$OUT/stop-flt.json" 2>>"$OUT/run.log"
+    fact fault.stop "stop after the faults" "-" "$(jget "$OUT/stop-flt.json" 'd["outcome"]')" info
+    save_logs flt-after "$FLOG"
+  else
+    fact fault "start a daemon for the faults" "starts" "$(tail -n2 "$OUT/run.log")" fail
+  fi
+  # A daemon SIGKILLed: what is left (pipe dir files) and what the front end says.
+fi
+
+# ---------------------------------------------------------------- 9. MIG (read only; never changes the layout)
+log "MIG: what the node shows (read only)"
+{
+  echo "### nvidia-smi --query-gpu=index,uuid,mig.mode.current,mig.mode.pending"
+  smi --query-gpu=index,uuid,mig.mode.current,mig.mode.pending --format=csv,noheader 2>&1
+  echo "### nvidia-smi mig -lgi"; smi mig -lgi 2>&1; echo "(exit $?)"
+  echo "### nvidia-smi mig -lci"; smi mig -lci 2>&1; echo "(exit $?)"
+  echo "### nvidia-smi mig -lgip"; smi mig -lgip 2>&1 | head -n 60; echo "(exit $?)"
+  echo "### ls -l /dev/nvidia-caps"; ls -l /dev/nvidia-caps 2>&1 | head -n 40
+  echo "### /proc/driver/nvidia-caps/mig-minors (head)"; head -n 24 /proc/driver/nvidia-caps/mig-minors 2>&1
+  echo "### /proc/driver/nvidia/capabilities"; find /proc/driver/nvidia/capabilities -maxdepth 5 2>&1 | head -n 40
+  for f in /proc/driver/nvidia/capabilities/mig/config /proc/driver/nvidia/capabilities/mig/monitor; do echo "### $f"; cat "$f" 2>&1; done
+  echo "### ls -l /dev/nvidia*"; ls -l /dev/nvidia* 2>&1 | head -n 30
+} >"$OUT/mig.txt" 2>&1
+smi -q -x >"$OUT/nvidia-smi-q.xml" 2>&1
+fact mig.mode "MIG mode of GPU $GPU (current, pending)" "-" "$(smi --query-gpu=mig.mode.current,mig.mode.pending --format=csv,noheader -i "$GPU" 2>&1)" info
+if grep -q "MIG " "$OUT/nvidia-smi-L.txt"; then
+  mps_fact mig.L "nvidia-smi -L MIG line" "  MIG <profile>  Device  N: (UUID: MIG-...)" "$(grep -m1 'MIG ' "$OUT/nvidia-smi-L.txt")" \
+    "$(grep -qE '^  MIG [0-9]+g\.[0-9]+gb +Device +[0-9]+: \(UUID: MIG-[0-9a-f-]{36}\)$' "$OUT/nvidia-smi-L.txt" && echo 1 || echo 0)"
+else
+  fact mig.L "MIG devices on this machine" "-" "none (MIG is off: the MIG section of the plugin is checked by the fakes only)" not-checked
+fi
+
+# ---------------------------------------------------------------- 10. the MPS binaries' own words
+# Commands and log lines the tools know, from their strings (for the fakes).
+for b in "$MPSCTL" "$(dirname "$MPSCTL")/nvidia-cuda-mps-server"; do
+  [ -f "$b" ] || continue
+  python3 - "$b" >"$OUT/strings-$(basename "$b").txt" 2>&1 <<'EOF'
+import re, sys
+data = open(sys.argv[1], "rb").read()
+seen = set()
+for m in re.finditer(rb"[\x20-\x7e]{6,}", data):
+    s = m.group().decode()
+    if s in seen: continue
+    seen.add(s)
+    if re.search(r"(?i)server|client|fault|exit|quit|shutdown|status|priority|percentage|pinned|mig|error|fatal|terminat|log|control", s):
+        print(s[:200])
+EOF
+done
+for m in /usr/share/man/man1/nvidia-cuda-mps-control.1.gz /usr/local/share/man/man1/nvidia-cuda-mps-control.1.gz; do
+  [ -f "$m" ] && zcat "$m" >"$OUT/man-nvidia-cuda-mps-control.txt" 2>&1
+done
+timeout 10 "$MPSCTL" -h >"$OUT/mps-control-help.txt" 2>&1
+
+# ---------------------------------------------------------------- 11. the job prolog and epilog helpers
+# What a Slurm node runs, without Slurm: unilab-mps-prolog with the
+# environment slurmd gives a job (SLURM_JOB_GPUS, the option variable) and a
+# gres.conf naming this GPU's device file. The GRES index goes through the
+# device file's minor and the driver's information file to the UUID: the
+# path nvidia-smi 580 (no minor_number) would have broken.
+PH=$(dirname "$UM")/unilab-mps-prolog EH=$(dirname "$UM")/unilab-mps-epilog
+[ -x "$PH" ] || PH=$BUNDLE/bin/unilab-mps-prolog EH=$BUNDLE/bin/unilab-mps-epilog
+DEVFILE=/dev/nvidia${MINOR:-0}
+if [ "$DRY" = 1 ]; then
+  # The fakes' GPU $GPU has the fake driver's minor; a device node of that minor stands for it.
+  DEVFILE=$WORK/slurm/nvidia${MINOR:-0}
+fi
+if [ "$(id -u)" != 0 ]; then
+  fact prolog "the job prolog helper" "runs as root" "skipped: the check runs as uid $(id -u)" not-checked
+elif [ ! -x "$PH" ]; then
+  fact prolog "the job prolog helper" "built" "no unilab-mps-prolog next to $UM or in the bundle" fail
+else
+  log "the job prolog and epilog helpers on GPU $GPU ($DEVFILE)"
+  mkdir -p "$WORK/slurm" && chmod 755 "$WORK/slurm"
+  [ "$DRY" = 1 ] && mknod "$DEVFILE" c 195 "${MINOR:-0}" 2>/dev/null
+  printf 'NodeName=gpucheck Name=gpu File=%s\n' "$DEVFILE" >"$WORK/slurm/gres.conf"
+  {
+    echo "state_dir=$WORK/ps run_dir=$WORK/pr gres_conf=$WORK/slurm/gres.conf"
+    echo "nvidia_smi=$NVSMI mps_control=$MPSCTL contain=off dir_size=off start_timeout=30 stop_timeout=10"
+    [ -n "$DRIVER_DIR" ] && echo "driver_dir=$DRIVER_DIR"
+    [ "$DRY" = 1 ] && echo "driver_proc=$DRIVER_PROC"
+  } >"$WORK/slurm/args.conf"
+  hook_env=(env -i SLURM_JOB_ID=4242 SLURM_JOB_UID="$(id -u)" SLURM_JOB_GID="$(id -g)" SLURM_JOB_GPUS=0
+    SLURMD_NODENAME=gpucheck "SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps=(null)")
+  t=$(date +%s.%N)
+  "${hook_env[@]}" "$PH" --config "$WORK/slurm/args.conf" >"$OUT/prolog.out" 2>&1
+  rc=$?
+  took=$(python3 -c 'import sys,time; print(round(time.time()-float(sys.argv[1]),2))' "$t")
+  check prolog.rc "the prolog helper exits 0 (took $took s)" 0 "$rc"
+  rec=$(ls "$WORK/ps"/job4242.gpucheck.gpu0.json 2>/dev/null)
+  check prolog.uuid "GRES 0 -> $DEVFILE -> minor ${MINOR:-?} -> the driver's information -> the GPU's UUID" "$UUID" \
+    "$(jget "$rec" 'd["gpu_uuids"][0]')"
+  PPID_=$(jget "$rec" 'd["pid"]')
+  check prolog.daemon "the recorded daemon runs nvidia-cuda-mps-control" "$MPSCTL" "$(readlink "/proc/${PPID_:-0}/exe" 2>/dev/null)"
+  PPIPE=$(jget "$rec" 'd["pipe_directory"]')
+  if [ -n "$PPIPE" ] && [ "$DRY" = 0 ]; then
+    rm -f "$WORK/pj.json"
+    CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$PPIPE CUDA_MPS_LOG_DIRECTORY=$(jget "$rec" 'd["log_directory"]') \
+      timeout 120 python3 "$here/mps_client.py" --hold 0 --ready "$WORK/pj.json" >"$OUT/prolog-client.out" 2>&1
+    check prolog.client "a CUDA client under the prolog's daemon" 0 "$?"
+    save_logs prolog "$(jget "$rec" 'd["log_directory"]')"
+  fi
+  "${hook_env[@]}" "$EH" --config "$WORK/slurm/args.conf" >"$OUT/epilog.out" 2>&1
+  check epilog.rc "the epilog helper exits 0" 0 "$?"
+  sleep 0.5
+  check epilog.gone "the daemon is gone after the epilog" gone "$(proc_alive "${PPID_:-0}" && echo alive || echo gone)"
+  check epilog.clean "no record or directory left" "" "$(ls "$WORK/ps" "$WORK/pr" 2>/dev/null | grep -v '^$' | grep -v ':$' | tr '\n' ' ')"
+fi
+
 # ---------------------------------------------------------------- report
 smi --query-gpu=index,compute_mode,mig.mode.current,driver_version,persistence_mode --format=csv,noheader >"$OUT/modes-after.csv" 2>&1
 # Only rows that hold the values can show they are unchanged (an error
 # message twice is not a measurement; the fake knows no compute_mode).
 modes_ok() { [ -s "$1" ] && ! grep -qvE '^[0-9]+, [^,]+, [^,]+, [^,]+, [^,]+$' "$1" && ! grep -qiE 'not supported|invalid|error|unknown' "$1"; }
 # The prolog's own query read the compute and MIG modes; they must be as at the start.
-smi --query-gpu=$Q7 --format=csv,noheader >"$OUT/gpus7-after.csv" 2>/dev/null
+smi --query-gpu=$Q6 --format=csv,noheader >"$OUT/gpus6-after.csv" 2>/dev/null
 if [ "$DRY" = 1 ]; then
-  fact gpu.modes7 "compute/MIG modes of the prolog's query unchanged" "unchanged" "(fake)" not-checked
+  fact gpu.modes6 "compute/MIG modes of the prolog's query unchanged" "unchanged" "(fake)" not-checked
 else
-  check gpu.modes7 "compute/MIG modes of the prolog's query unchanged" "$(cut -d, -f1,5,6 "$OUT/gpus7.csv")" "$(cut -d, -f1,5,6 "$OUT/gpus7-after.csv")"
+  check gpu.modes6 "compute/MIG modes of the prolog's query unchanged" "$(cut -d, -f1,4,5 "$OUT/gpus6.csv")" "$(cut -d, -f1,4,5 "$OUT/gpus6-after.csv")"
 fi
 if modes_ok "$OUT/modes-before.csv" && modes_ok "$OUT/modes-after.csv"; then
   check gpu.untouched "compute mode / MIG / persistence unchanged by the check" "$(cat "$OUT/modes-before.csv")" "$(cat "$OUT/modes-after.csv")"

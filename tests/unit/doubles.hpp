@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -148,7 +149,7 @@ inline const std::string kUuid3 = "GPU-0f0e0d0c-1234-5678-9abc-def012345678";
 
 inline GpuIdentity make_gpu(int index, const std::string& uuid, int minor, const std::string& bus,
                             const std::string& name = "NVIDIA H200") {
-  return GpuIdentity{index, uuid, minor, bus, name, "", ""};
+  return GpuIdentity{index, uuid, minor, bus, name, "", "", std::nullopt};
 }
 
 // Four GPUs whose nvidia-smi index, minor number and PCI order all differ.
@@ -159,15 +160,114 @@ inline std::vector<GpuIdentity> four_gpus() {
 
 // `nvidia-smi --query-gpu=<kNvidiaSmiQueryFields> --format=csv,noheader`;
 // modes not set print as an H200 out of the box: Default, MIG Disabled.
+// MIG devices (g.mig) are not rows of the query.
 inline std::string smi_csv(const std::vector<GpuIdentity>& gpus) {
   std::string out;
   for (const auto& g : gpus) {
-    out += std::to_string(g.index) + ", " + g.uuid + ", " + std::to_string(g.minor_number) + ", " + g.pci_bus_id + ", " +
+    if (g.mig) continue;
+    out += std::to_string(g.index) + ", " + g.uuid + ", " + g.pci_bus_id + ", " +
            (g.compute_mode.empty() ? "Default" : g.compute_mode) + ", " + (g.mig_mode.empty() ? "Disabled" : g.mig_mode) +
            ", " + g.name + "\n";
   }
   return out;
 }
+
+// MIG: GPU 1 of four_gpus() (minor 0, bus 05) with MIG enabled and two MIG
+// devices: device 0 = GPU instance 1 / compute instance 0 (3g.71gb),
+// device 1 = GPU instance 5 / compute instance 0 (1g.18gb).
+inline const std::string kMig0 = "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d";
+inline const std::string kMig1 = "MIG-2b3c4d5e-6f70-5b8c-9d0e-1f2a3b4c5d6e";
+inline GpuIdentity make_mig(const GpuIdentity& parent, const std::string& uuid, int device, const std::string& profile, int gi,
+                            int ci) {
+  GpuIdentity g{-1, uuid, parent.minor_number, parent.pci_bus_id, parent.name + " MIG " + profile, "", "", std::nullopt};
+  g.mig = MigSlice{parent.uuid, parent.index, parent.minor_number, device, profile, gi, ci};
+  return g;
+}
+inline std::vector<GpuIdentity> mig_gpus() {
+  auto gpus = four_gpus();
+  gpus[1].mig_mode = "Enabled";
+  gpus.push_back(make_mig(gpus[1], kMig0, 0, "3g.71gb", 1, 0));
+  gpus.push_back(make_mig(gpus[1], kMig1, 1, "1g.18gb", 5, 0));
+  return gpus;
+}
+
+// `nvidia-smi -L` of `gpus` (MIG devices under their parents, the real spacing).
+inline std::string smi_list(const std::vector<GpuIdentity>& gpus) {
+  std::string out;
+  for (const auto& g : gpus) {
+    if (g.mig) continue;
+    out += "GPU " + std::to_string(g.index) + ": " + g.name + " (UUID: " + g.uuid + ")\n";
+    for (const auto& m : gpus) {
+      if (!m.mig || m.mig->parent_uuid != g.uuid) continue;
+      char line[256];
+      std::snprintf(line, sizeof line, "  MIG %-11s Device %2d: (UUID: %s)\n", m.mig->profile.c_str(), m.mig->device, m.uuid.c_str());
+      out += line;
+    }
+  }
+  return out;
+}
+
+// nvidia-smi's human table, as far as its "MIG devices:" block (the MIG
+// User Guide's shape) and the process block after it.
+inline std::string smi_table(const std::vector<GpuIdentity>& gpus) {
+  std::string out =
+      "+-----------------------------------------------------------------------------------------+\n"
+      "| MIG devices:                                                                            |\n"
+      "+------------------+----------------------------------+-----------+-----------------------+\n"
+      "| GPU  GI  CI  MIG |                     Memory-Usage |        Vol|        Shared         |\n"
+      "|      ID  ID  Dev |                       BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |\n"
+      "|==================+==================================+===========+=======================|\n";
+  for (const auto& m : gpus) {
+    if (!m.mig) continue;
+    char line[256];
+    std::snprintf(line, sizeof line, "| %2d  %3d %3d %3d  |              12MiB / 19968MiB    | 16      0 |  1   0    1    0    1 |\n",
+                  m.mig->parent_index, m.mig->gpu_instance, m.mig->compute_instance, m.mig->device);
+    out += line;
+    out += "|                  |                 0MiB / 32767MiB  |           |                       |\n";
+  }
+  out += "+-----------------------------------------------------------------------------------------+\n"
+         "| Processes:                                                                              |\n"
+         "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n"
+         "|    1    1    0             3805    M+C   ./bin/BlackScholes                     326MiB |\n";
+  return out;
+}
+
+// Tools with this nvidia-smi (and driver_dir); driver_proc is a directory
+// that does not exist, so no minor is found unless a test gives one.
+inline Tools smi_tools(const std::string& nvidia_smi, const std::optional<std::string>& driver_dir = std::nullopt) {
+  Tools t;
+  t.nvidia_smi = nvidia_smi;
+  t.driver_dir = driver_dir;
+  t.driver_proc = "/nonexistent/unilab-test/proc-driver";
+  return t;
+}
+
+// The driver's /proc/driver view of `gpus` (Tools::driver_proc): each GPU's
+// information file with its device minor, as the real driver writes it.
+// One GPU's /proc/driver/nvidia/gpus/<bus>/information, relative to driver_proc.
+inline std::string driver_information_path(const GpuIdentity& g) {
+  return "nvidia/gpus/" + driver_bus_directory(g.pci_bus_id) + "/information";
+}
+inline std::string driver_information(const GpuIdentity& g) {
+  return "Model: \t\t " + g.name + "\nGPU UUID: \t " + g.uuid + "\nBus Location: \t " + driver_bus_directory(g.pci_bus_id) +
+         "\nDevice Minor: \t " + std::to_string(g.minor_number) + "\nGPU Excluded:\t No\n";
+}
+
+class DriverProc {
+ public:
+  explicit DriverProc(const std::vector<GpuIdentity>& gpus) {
+    for (const auto& g : gpus) {
+      if (g.mig || g.minor_number < 0) continue;
+      const std::string file = dir_ / driver_information_path(g);
+      std::filesystem::create_directories(std::filesystem::path(file).parent_path());
+      std::ofstream(file) << driver_information(g);
+    }
+  }
+  const std::string& path() const { return dir_.path(); }
+
+ private:
+  TempDir dir_;
+};
 
 // ---------------------------------------------------------------------------
 // Seams
@@ -465,6 +565,8 @@ class FakeNvidiaHost {
     if (c.argv.empty()) return exec_failed("");
     if (c.argv[0] == nvidia_smi) {
       ++smi_calls;
+      if (c.argv.size() == 2 && c.argv[1] == "-L") return exited(0, smi_list_out);
+      if (c.argv.size() == 1) return exited(0, smi_table_out);
       return exited(smi_exit, smi_exit == 0 ? smi_out : smi_err_out, smi_exit == 0 ? "" : smi_err);
     }
     if (c.argv[0] != mps_control) return exec_failed(c.argv[0]);
@@ -488,6 +590,8 @@ class FakeNvidiaHost {
   // nvidia-smi
   std::string nvidia_smi = "/opt/fake/bin/nvidia-smi";
   std::string smi_out;
+  std::string smi_list_out;   // `nvidia-smi -L`
+  std::string smi_table_out;  // `nvidia-smi` (the human table)
   int smi_exit = 0;
   std::string smi_err_out;
   std::string smi_err;
@@ -548,7 +652,8 @@ struct Doubles {
   FakeClock clock;
   FakeNvidiaHost host{proc};
   Services services{runner, proc, signaller, clock};
-  Tools tools{host.nvidia_smi, host.mps_control, std::nullopt};
+  DriverProc driver{four_gpus()};  // the driver's view of four_gpus(): their minors
+  Tools tools{host.nvidia_smi, host.mps_control, std::nullopt, driver.path()};
 
   Doubles() { runner.handler = host.handler(); }
 };

@@ -63,7 +63,7 @@ TEST(DisplayGpuUuid, IsPrefixedLowercaseAndDashed) {
 }
 
 TEST(GpuIdentity, JsonRoundTripNormalizesTheUuid) {
-  GpuIdentity g{3, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 5, "00000000:85:00.0", "NVIDIA H200", "", ""};
+  GpuIdentity g{3, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 5, "00000000:85:00.0", "NVIDIA H200", "", "", std::nullopt};
   EXPECT_EQ(GpuIdentity::from_json(g.to_json()), g);
   auto j = g.to_json();
   j["uuid"] = "7FDAF0A5179BF636D15DDAF243E3FF16";
@@ -74,20 +74,20 @@ TEST(GpuIdentity, JsonRoundTripNormalizesTheUuid) {
 
 TEST(ParseNvidiaSmiQuery, ParsesRealFormatRows) {
   auto gpus = parse_nvidia_smi_query(
-      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
-      "1, GPU-1B2C3D4E-0000-1111-2222-333344445555, 3, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
+      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+      "1, GPU-1B2C3D4E-0000-1111-2222-333344445555, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   ASSERT_EQ(gpus.size(), 2u);
-  EXPECT_EQ(gpus[0], (GpuIdentity{0, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", 0, "00000000:85:00.0", "NVIDIA H200", "", ""}));
+  EXPECT_EQ(gpus[0], (GpuIdentity{0, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16", -1, "00000000:85:00.0", "NVIDIA H200", "", "", std::nullopt}));
   EXPECT_EQ(gpus[1].index, 1);
   EXPECT_EQ(gpus[1].uuid, "GPU-1b2c3d4e-0000-1111-2222-333344445555");  // display form
-  EXPECT_EQ(gpus[1].minor_number, 3);
+  EXPECT_EQ(gpus[1].minor_number, -1);  // not a query field: read_driver_minors
   EXPECT_EQ(gpus[1].pci_bus_id, "00000000:05:00.0");
 }
 
 TEST(ParseNvidiaSmiQuery, SortsByIndexAndSkipsBlankLinesAndCarriageReturns) {
   auto gpus = parse_nvidia_smi_query(
-      "\r\n2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, 1, 00000000:C5:00.0, Default, Disabled, NVIDIA A100\r\n"
-      "\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:85:00.0, Default, Disabled, NVIDIA A100\r\n\n");
+      "\r\n2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, 00000000:C5:00.0, Default, Disabled, NVIDIA A100\r\n"
+      "\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA A100\r\n\n");
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_EQ(gpus[0].index, 0);
   EXPECT_EQ(gpus[1].index, 2);
@@ -96,15 +96,16 @@ TEST(ParseNvidiaSmiQuery, SortsByIndexAndSkipsBlankLinesAndCarriageReturns) {
   EXPECT_TRUE(parse_nvidia_smi_query("\n\n").empty());
 }
 
-TEST(ParseNvidiaSmiQuery, NotAvailableMinorBecomesMinusOne) {
-  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, [N/A], 00000000:01:00.0, Default, Disabled, NVIDIA GeForce RTX 4090\n");
+TEST(ParseNvidiaSmiQuery, TheQueryHasNoMinorNumber) {
+  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:01:00.0, Default, Disabled, NVIDIA GeForce RTX 4090\n");
   ASSERT_EQ(gpus.size(), 1u);
-  EXPECT_EQ(gpus[0].minor_number, -1);
+  EXPECT_EQ(gpus[0].minor_number, -1);  // the driver's information file gives it (read_driver_minors)
   EXPECT_EQ(gpus[0].name, "NVIDIA GeForce RTX 4090");
+  EXPECT_EQ(std::string(kNvidiaSmiQueryFields).find("minor_number"), std::string::npos);
 }
 
 TEST(ParseNvidiaSmiQuery, NameMayContainCommas) {
-  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA Foo, Rev. 2, OEM\n");
+  auto gpus = parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA Foo, Rev. 2, OEM\n");
   ASSERT_EQ(gpus.size(), 1u);
   EXPECT_EQ(gpus[0].name, "NVIDIA Foo, Rev. 2, OEM");
   EXPECT_EQ(gpus[0].pci_bus_id, "00000000:85:00.0");
@@ -116,15 +117,15 @@ TEST(ParseNvidiaSmiQuery, GarbageLinesThrowNamingTheLine) {
   EXPECT_NE(e.find("No devices were found"), std::string::npos) << e;
 
   e = error_of([] {
-    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
-                           "x, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
+    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+                           "x, GPU-1b2c3d4e-0000-1111-2222-333344445555, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   });
   EXPECT_NE(e.find("line 2"), std::string::npos) << e;
   EXPECT_NE(e.find("index"), std::string::npos) << e;
 
-  EXPECT_THROW(parse_nvidia_smi_query("0, not-a-uuid, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"), CudaMpsError);
-  EXPECT_THROW(parse_nvidia_smi_query("0, MIG-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
-  EXPECT_THROW(parse_nvidia_smi_query("-1, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
+  EXPECT_THROW(parse_nvidia_smi_query("0, not-a-uuid, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"), CudaMpsError);
+  EXPECT_THROW(parse_nvidia_smi_query("0, MIG-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
+  EXPECT_THROW(parse_nvidia_smi_query("-1, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
   EXPECT_THROW(parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0\n"), CudaMpsError);  // too few fields
   // The csv header (someone forgot noheader).
   EXPECT_THROW(parse_nvidia_smi_query("index, uuid, minor_number, pci.bus_id, name\n"), CudaMpsError);
@@ -132,14 +133,14 @@ TEST(ParseNvidiaSmiQuery, GarbageLinesThrowNamingTheLine) {
 
 TEST(ParseNvidiaSmiQuery, DuplicateIndexOrUuidThrowsWithLineNumber) {
   std::string e = error_of([] {
-    parse_nvidia_smi_query("\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
-                           "0, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
+    parse_nvidia_smi_query("\n0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+                           "0, GPU-1b2c3d4e-0000-1111-2222-333344445555, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   });
   EXPECT_NE(e.find("line 3"), std::string::npos) << e;
   EXPECT_NE(e.find("duplicate"), std::string::npos) << e;
   e = error_of([] {
-    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
-                           "1, 7FDAF0A5179BF636D15DDAF243E3FF16, 1, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
+    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n"
+                           "1, 7FDAF0A5179BF636D15DDAF243E3FF16, 00000000:05:00.0, Default, Disabled, NVIDIA H200\n");
   });
   EXPECT_NE(e.find("line 2"), std::string::npos) << e;
 }
@@ -149,16 +150,16 @@ TEST(ParseNvidiaSmiQuery, DuplicateIndexOrUuidThrowsWithLineNumber) {
 TEST(DiscoverGpus, RunsOneQueryByAbsolutePathWithAScratchEnvironment) {
   setenv("UNILAB_MPS_TEST_CANARY", "leaked", 1);
   RecordingRunner runner([](const Command&) {
-    return exited(0, "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n");
+    return exited(0, "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, NVIDIA H200\n");
   });
-  auto gpus = discover_gpus(runner, "/opt/nv/bin/nvidia-smi");
+  auto gpus = discover_gpus(runner, test::smi_tools("/opt/nv/bin/nvidia-smi"));
   unsetenv("UNILAB_MPS_TEST_CANARY");
   ASSERT_EQ(gpus.size(), 1u);
   EXPECT_EQ(gpus[0].uuid, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16");
   ASSERT_EQ(runner.commands.size(), 1u);
   const Command& c = runner.commands[0];
   EXPECT_EQ(c.argv, (std::vector<std::string>{"/opt/nv/bin/nvidia-smi",
-                                              "--query-gpu=index,uuid,minor_number,pci.bus_id,compute_mode,mig.mode.current,name",
+                                              "--query-gpu=index,uuid,pci.bus_id,compute_mode,mig.mode.current,name",
                                               "--format=csv,noheader"}));
   EXPECT_EQ(c.argv, nvidia_smi_query_argv("/opt/nv/bin/nvidia-smi"));
   for (const auto& e : c.env) {
@@ -172,11 +173,11 @@ TEST(DiscoverGpus, RunsOneQueryByAbsolutePathWithAScratchEnvironment) {
 
 TEST(DiscoverGpus, ExecErrorNamesThePath) {
   RecordingRunner runner([](const Command& c) { return test::exec_failed(c.argv[0]); });
-  std::string e = error_of([&] { discover_gpus(runner, "/nonexistent/nvidia-smi"); });
+  std::string e = error_of([&] { discover_gpus(runner, test::smi_tools("/nonexistent/nvidia-smi")); });
   EXPECT_NE(e.find("/nonexistent/nvidia-smi"), std::string::npos) << e;
   // The real runner too: exec by absolute path, no PATH lookup.
   SystemRunner real;
-  e = error_of([&] { discover_gpus(real, "/nonexistent/unilab-test/nvidia-smi"); });
+  e = error_of([&] { discover_gpus(real, test::smi_tools("/nonexistent/unilab-test/nvidia-smi")); });
   EXPECT_NE(e.find("/nonexistent/unilab-test/nvidia-smi"), std::string::npos) << e;
 }
 
@@ -185,7 +186,7 @@ TEST(DiscoverGpus, NoDriverExitCarriesTheToolsMessage) {
       "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
       "driver is installed and running.";
   RecordingRunner runner([&](const Command&) { return exited(9, msg + "\n\n"); });
-  std::string e = error_of([&] { discover_gpus(runner, "/usr/bin/nvidia-smi"); });
+  std::string e = error_of([&] { discover_gpus(runner, test::smi_tools("/usr/bin/nvidia-smi")); });
   EXPECT_NE(e.find(msg), std::string::npos) << e;
   EXPECT_NE(e.find("exit 9"), std::string::npos) << e;
   EXPECT_NE(e.find("/usr/bin/nvidia-smi"), std::string::npos) << e;
@@ -195,22 +196,22 @@ TEST(DiscoverGpus, NoDriverExitCarriesTheToolsMessage) {
     r.term_signal = 9;
     return r;
   });
-  EXPECT_THROW(discover_gpus(killed, "/usr/bin/nvidia-smi"), CudaMpsError);
+  EXPECT_THROW(discover_gpus(killed, test::smi_tools("/usr/bin/nvidia-smi")), CudaMpsError);
 }
 
 TEST(DiscoverGpus, EmptyOrBadOutputIsAnError) {
   RecordingRunner empty([](const Command&) { return exited(0, ""); });
-  std::string e = error_of([&] { discover_gpus(empty, "/usr/bin/nvidia-smi"); });
+  std::string e = error_of([&] { discover_gpus(empty, test::smi_tools("/usr/bin/nvidia-smi")); });
   EXPECT_NE(e.find("no GPU"), std::string::npos) << e;
   RecordingRunner bad([](const Command&) { return exited(0, "No devices were found\n"); });
-  EXPECT_THROW(discover_gpus(bad, "/usr/bin/nvidia-smi"), CudaMpsError);
+  EXPECT_THROW(discover_gpus(bad, test::smi_tools("/usr/bin/nvidia-smi")), CudaMpsError);
 }
 
 TEST(ParseNvidiaSmiQuery, ReadsComputeAndMigModesAsPrinted) {
   auto gpus = parse_nvidia_smi_query(
-      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:17:00.0, Exclusive_Process, Disabled, NVIDIA H200\n"
-      "1, GPU-1b2c3d4e-0000-1111-2222-333344445555, 1, 00000000:18:00.0, Prohibited, Enabled, NVIDIA H200\n"
-      "2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, [N/A], 00000000:19:00.0, [Not Supported], [N/A], NVIDIA T4\n");
+      "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:17:00.0, Exclusive_Process, Disabled, NVIDIA H200\n"
+      "1, GPU-1b2c3d4e-0000-1111-2222-333344445555, 00000000:18:00.0, Prohibited, Enabled, NVIDIA H200\n"
+      "2, GPU-9a8b7c6d-aaaa-bbbb-cccc-ddddeeeeffff, 00000000:19:00.0, [Not Supported], [N/A], NVIDIA T4\n");
   ASSERT_EQ(gpus.size(), 3u);
   EXPECT_EQ(gpus[0].compute_mode, "Exclusive_Process");
   EXPECT_EQ(gpus[0].mig_mode, "Disabled");
@@ -229,18 +230,18 @@ TEST(ParseNvidiaSmiQuery, ReadsComputeAndMigModesAsPrinted) {
   EXPECT_EQ(same, gpus[1]);
 }
 
-TEST(ParseNvidiaSmiQuery, TheOldFiveFieldShapeIsRefusedNamingTheSeven) {
+TEST(ParseNvidiaSmiQuery, TheOldFiveFieldShapeIsRefusedNamingTheSix) {
   std::string e = error_of([] {
-    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0, 00000000:85:00.0, NVIDIA H200\n");
+    parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, NVIDIA H200\n");
   });
-  EXPECT_NE(e.find("expected 7 fields"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected 6 fields"), std::string::npos) << e;
 }
 
 TEST(ParseNvidiaSmiQuery, UpperCaseUuidsAreNormalisedOnceAndMatchAnySpelling) {
   // nvidia-smi may print the hex in upper case; the display form is decided
   // here, once, and every comparison after it is case-free.
   auto gpus = parse_nvidia_smi_query(
-      "0, GPU-7FDAF0A5-179B-F636-D15D-DAF243E3FF16, 0, 00000000:17:00.0, Default, Disabled, NVIDIA H200\n");
+      "0, GPU-7FDAF0A5-179B-F636-D15D-DAF243E3FF16, 00000000:17:00.0, Default, Disabled, NVIDIA H200\n");
   ASSERT_EQ(gpus.size(), 1u);
   EXPECT_EQ(gpus[0].uuid, "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16");
   EXPECT_EQ(find_gpu("gpu-7fdaf0a5-179b-f636-d15d-daf243e3ff16", gpus).index, 0);
@@ -249,14 +250,14 @@ TEST(ParseNvidiaSmiQuery, UpperCaseUuidsAreNormalisedOnceAndMatchAnySpelling) {
 
 TEST(DiscoverGpus, DefaultEnvironmentIsExactlyTheOldPath) {
   RecordingRunner runner([](const Command&) { return exited(0, test::smi_csv(test::four_gpus())); });
-  discover_gpus(runner, "/usr/bin/nvidia-smi");
+  discover_gpus(runner, test::smi_tools("/usr/bin/nvidia-smi"));
   ASSERT_EQ(runner.commands.size(), 1u);
   EXPECT_EQ(runner.commands[0].env, (std::vector<std::string>{"PATH=/usr/bin:/bin"}));
 }
 
 TEST(DiscoverGpus, DriverDirPutsItsBinInPathAndItsLib64InTheLinkerPath) {
   RecordingRunner runner([](const Command&) { return exited(0, test::smi_csv(test::four_gpus())); });
-  auto gpus = discover_gpus(runner, "/usr/local/nvidia/bin/nvidia-smi", std::string("/usr/local/nvidia"));
+  auto gpus = discover_gpus(runner, test::smi_tools("/usr/local/nvidia/bin/nvidia-smi", "/usr/local/nvidia"));
   EXPECT_EQ(gpus.size(), 4u);
   ASSERT_EQ(runner.commands.size(), 1u);
   EXPECT_EQ(runner.commands[0].env, (std::vector<std::string>{"PATH=/usr/local/nvidia/bin:/usr/bin:/bin",
@@ -268,7 +269,10 @@ TEST(DiscoverGpus, InfoRomExit14WithValidRowsIsAWarningNotAFailure) {
   RecordingRunner runner([&](const Command&) {
     return exited(kNvidiaSmiInfoRomWarning, rows + "WARNING: infoROM is corrupted at gpu 00000000:85:00.0\n");
   });
-  GpuDiscovery d = query_gpus(runner, "/usr/bin/nvidia-smi");
+  test::DriverProc driver(test::four_gpus());
+  Tools tools = test::smi_tools("/usr/bin/nvidia-smi");
+  tools.driver_proc = driver.path();
+  GpuDiscovery d = query_gpus(runner, tools);
   EXPECT_EQ(d.gpus, test::four_gpus());
   ASSERT_TRUE(d.warning.has_value());
   EXPECT_NE(d.warning->find("infoROM is corrupted at gpu 00000000:85:00.0"), std::string::npos) << *d.warning;
@@ -278,23 +282,73 @@ TEST(DiscoverGpus, InfoRomExit14WithValidRowsIsAWarningNotAFailure) {
   RecordingRunner on_stderr([&](const Command&) {
     return exited(kNvidiaSmiInfoRomWarning, rows, "WARNING: infoROM is corrupted at gpu 00000000:85:00.0\n");
   });
-  d = query_gpus(on_stderr, "/usr/bin/nvidia-smi");
+  d = query_gpus(on_stderr, test::smi_tools("/usr/bin/nvidia-smi"));
   ASSERT_TRUE(d.warning.has_value());
   EXPECT_NE(d.warning->find("infoROM is corrupted"), std::string::npos) << *d.warning;
   // A clean run has no warning.
   RecordingRunner clean([&](const Command&) { return exited(0, rows); });
-  EXPECT_FALSE(query_gpus(clean, "/usr/bin/nvidia-smi").warning.has_value());
+  EXPECT_FALSE(query_gpus(clean, test::smi_tools("/usr/bin/nvidia-smi")).warning.has_value());
 }
 
 TEST(DiscoverGpus, Exit14WithoutValidRowsAndOtherExitCodesStillFail) {
   RecordingRunner no_rows([](const Command&) { return exited(kNvidiaSmiInfoRomWarning, "WARNING: infoROM is corrupted\n"); });
-  EXPECT_THROW(discover_gpus(no_rows, "/usr/bin/nvidia-smi"), CudaMpsError);
+  EXPECT_THROW(discover_gpus(no_rows, test::smi_tools("/usr/bin/nvidia-smi")), CudaMpsError);
   RecordingRunner garbage([](const Command&) { return exited(kNvidiaSmiInfoRomWarning, "something else\n"); });
-  EXPECT_THROW(discover_gpus(garbage, "/usr/bin/nvidia-smi"), CudaMpsError);
+  EXPECT_THROW(discover_gpus(garbage, test::smi_tools("/usr/bin/nvidia-smi")), CudaMpsError);
   const std::string rows = test::smi_csv(test::four_gpus());
   RecordingRunner exit15([&](const Command&) { return exited(15, rows); });
-  std::string e = error_of([&] { discover_gpus(exit15, "/usr/bin/nvidia-smi"); });
+  std::string e = error_of([&] { discover_gpus(exit15, test::smi_tools("/usr/bin/nvidia-smi")); });
   EXPECT_NE(e.find("exit 15"), std::string::npos) << e;
+}
+
+// --- the minors, from the driver -------------------------------------------------
+
+TEST(DriverMinors, ComeFromEachGpusInformationFileByBusId) {
+  const auto gpus = test::four_gpus();  // minors 2, 0, 3, 1: neither index nor bus order
+  test::DriverProc driver(gpus);
+  RecordingRunner runner([&](const Command&) { return exited(0, test::smi_csv(gpus)); });
+  Tools tools = test::smi_tools("/usr/bin/nvidia-smi");
+  tools.driver_proc = driver.path();
+  const auto found = discover_gpus(runner, tools);
+  ASSERT_EQ(found.size(), 4u);
+  for (size_t i = 0; i < gpus.size(); ++i) EXPECT_EQ(found[i].minor_number, gpus[i].minor_number) << found[i].uuid;
+  // Still one process: the minors are files, not another nvidia-smi.
+  EXPECT_EQ(runner.commands.size(), 1u);
+  // No driver view: every minor unknown, nothing else changes.
+  tools.driver_proc = driver.path() + "/missing";
+  for (const auto& g : discover_gpus(runner, tools)) EXPECT_EQ(g.minor_number, -1);
+}
+
+TEST(DriverMinors, AFileNamingAnotherUuidIsNotBelieved) {
+  auto gpus = test::four_gpus();
+  test::DriverProc driver(gpus);
+  // GPU 0's bus directory holds another GPU's information.
+  test::write_text(driver.path() + "/nvidia/gpus/" + driver_bus_directory(gpus[0].pci_bus_id) + "/information",
+             "GPU UUID: \t " + gpus[1].uuid + "\nDevice Minor: \t 7\n");
+  read_driver_minors(gpus, driver.path());
+  EXPECT_EQ(gpus[0].minor_number, 2);  // unchanged: -1 only when read fresh
+  auto fresh = test::four_gpus();
+  for (auto& g : fresh) g.minor_number = -1;
+  read_driver_minors(fresh, driver.path());
+  EXPECT_EQ(fresh[0].minor_number, -1);
+  EXPECT_EQ(fresh[1].minor_number, 0);
+}
+
+TEST(DriverMinors, ParsesTheRealFileAndTheBusDirectoryName) {
+  // /proc/driver/nvidia/gpus/0000:00:06.0/information on the H200 check machine (driver 580.159.04).
+  const auto info = parse_driver_gpu_information(
+      "Model: \t\t NVIDIA H200\nIRQ:   \t\t 41\nGPU UUID: \t GPU-49d58e66-7902-aa09-4f59-82488b57f071\nVideo BIOS: \t "
+      "96.00.a5.00.1a\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t "
+      "0000:00:06.0\nDevice Minor: \t 0\nGPU Firmware: \t 580.159.04\nGPU Excluded:\t No\n");
+  EXPECT_EQ(info.uuid, "GPU-49d58e66-7902-aa09-4f59-82488b57f071");
+  EXPECT_EQ(info.minor, 0);
+  EXPECT_FALSE(parse_driver_gpu_information("Device Minor: \t x\n").minor.has_value());
+  EXPECT_EQ(driver_bus_directory("00000000:2A:00.0"), "0000:2a:00.0");
+  EXPECT_EQ(driver_bus_directory("0000:2a:00.0"), "0000:2a:00.0");
+  // A bus id that would walk elsewhere is never a path.
+  std::vector<GpuIdentity> odd{test::make_gpu(0, test::kUuid0, -1, "../../etc")};
+  read_driver_minors(odd, "/proc/driver");
+  EXPECT_EQ(odd[0].minor_number, -1);
 }
 
 // --- visible_gpus -------------------------------------------------------------

@@ -55,15 +55,28 @@ TEST(ExpandHostlist, MalformedThrows) {
 
 // --- parse_gres_conf -------------------------------------------------------------------
 
+// The files of single-file (File=) entries, in GRES order.
+Strings files_of(const GresConf& g) {
+  Strings out;
+  for (const auto& e : g.gpus) out.insert(out.end(), e.files.begin(), e.files.end());
+  return out;
+}
+// One File= entry per file.
+std::vector<GresGpuEntry> entries(const Strings& files) {
+  std::vector<GresGpuEntry> out;
+  for (const auto& f : files) out.push_back({{f}, ""});
+  return out;
+}
+
 TEST(ParseGresConf, NodeNameFiltersLines) {
   const std::string conf =
       "# GPUs of the two test nodes\n"
       "NodeName=n[1-2] Name=gpu File=/dev/nvidia[0-1]\n"
       "NodeName=n3 Name=gpu File=/dev/nvidia[4-5]\n";
-  EXPECT_EQ(parse_gres_conf(conf, "n1").gpu_files, (Strings{"/dev/nvidia0", "/dev/nvidia1"}));
-  EXPECT_EQ(parse_gres_conf(conf, "n2").gpu_files, (Strings{"/dev/nvidia0", "/dev/nvidia1"}));
-  EXPECT_EQ(parse_gres_conf(conf, "n3").gpu_files, (Strings{"/dev/nvidia4", "/dev/nvidia5"}));
-  EXPECT_TRUE(parse_gres_conf(conf, "n4").gpu_files.empty());
+  EXPECT_EQ(files_of(parse_gres_conf(conf, "n1")), (Strings{"/dev/nvidia0", "/dev/nvidia1"}));
+  EXPECT_EQ(files_of(parse_gres_conf(conf, "n2")), (Strings{"/dev/nvidia0", "/dev/nvidia1"}));
+  EXPECT_EQ(files_of(parse_gres_conf(conf, "n3")), (Strings{"/dev/nvidia4", "/dev/nvidia5"}));
+  EXPECT_TRUE(files_of(parse_gres_conf(conf, "n4")).empty());
   EXPECT_FALSE(parse_gres_conf(conf, "n1").autodetect);
 }
 
@@ -72,7 +85,7 @@ TEST(ParseGresConf, LinesWithoutNodeNameApplyEverywhereInOrder) {
       "Name=gpu File=/dev/nvidia3\n"
       "NodeName=other Name=gpu File=/dev/nvidia9\n"
       "Name=gpu File=/dev/nvidia1\n";
-  EXPECT_EQ(parse_gres_conf(conf, "n1").gpu_files, (Strings{"/dev/nvidia3", "/dev/nvidia1"}));
+  EXPECT_EQ(files_of(parse_gres_conf(conf, "n1")), (Strings{"/dev/nvidia3", "/dev/nvidia1"}));
 }
 
 TEST(ParseGresConf, CommentsBlankLinesContinuationsAndIgnoredKeys) {
@@ -87,13 +100,13 @@ TEST(ParseGresConf, CommentsBlankLinesContinuationsAndIgnoredKeys) {
       "Name=shard Count=8 File=/dev/nvidia0\n"
       "\n";
   GresConf g = parse_gres_conf(conf, "n1");
-  EXPECT_EQ(g.gpu_files, (Strings{"/dev/nvidia2", "/dev/nvidia3", "/dev/nvidia7"}));
+  EXPECT_EQ(files_of(g), (Strings{"/dev/nvidia2", "/dev/nvidia3", "/dev/nvidia7"}));
   EXPECT_FALSE(g.autodetect);
 }
 
 TEST(ParseGresConf, KeysAreCaseInsensitive) {
   GresConf g = parse_gres_conf("nodename=n1 name=gpu file=/dev/nvidia1\nAUTODETECT=nvml\n", "n1");
-  EXPECT_EQ(g.gpu_files, (Strings{"/dev/nvidia1"}));
+  EXPECT_EQ(files_of(g), (Strings{"/dev/nvidia1"}));
   EXPECT_TRUE(g.autodetect);
 }
 
@@ -106,7 +119,7 @@ TEST(ParseGresConf, AutoDetect) {
   const std::string conf = "NodeName=n1 AutoDetect=nvml\nNodeName=n2 AutoDetect=off Name=gpu File=/dev/nvidia0\n";
   EXPECT_TRUE(parse_gres_conf(conf, "n1").autodetect);
   EXPECT_FALSE(parse_gres_conf(conf, "n2").autodetect);
-  EXPECT_EQ(parse_gres_conf(conf, "n2").gpu_files, (Strings{"/dev/nvidia0"}));
+  EXPECT_EQ(files_of(parse_gres_conf(conf, "n2")), (Strings{"/dev/nvidia0"}));
 }
 
 TEST(ParseGresConf, BadLinesNameTheLine) {
@@ -133,24 +146,24 @@ int fake_minor_of(const std::string& path) {
 TEST(MapNodeGpus, GresIndexGoesThroughTheDeviceMinorToTheUuid) {
   fake_minors() = {{"/dev/gpuA", 3}, {"/dev/gpuB", 1}, {"/dev/gpuC", 0}, {"/dev/gpuD", 2}};
   GresConf conf;
-  conf.gpu_files = {"/dev/gpuA", "/dev/gpuB", "/dev/gpuC", "/dev/gpuD"};  // GRES order: minors 3,1,0,2
+  conf.gpus = entries({"/dev/gpuA", "/dev/gpuB", "/dev/gpuC", "/dev/gpuD"});  // GRES order: minors 3,1,0,2
   auto node = map_node_gpus(conf, test::four_gpus(), fake_minor_of);
   ASSERT_EQ(node.size(), 4u);
   // GRES 0 -> minor 3 -> nvidia-smi index 2.
-  EXPECT_EQ(node[0], (NodeGpu{0, "/dev/gpuA", 3, test::kUuid2}));
+  EXPECT_EQ(node[0], (NodeGpu{0, "/dev/gpuA", 3, test::kUuid2, std::nullopt}));
   // GRES 1 -> minor 1 -> index 3.
-  EXPECT_EQ(node[1], (NodeGpu{1, "/dev/gpuB", 1, test::kUuid3}));
+  EXPECT_EQ(node[1], (NodeGpu{1, "/dev/gpuB", 1, test::kUuid3, std::nullopt}));
   // GRES 2 -> minor 0 -> index 1.
-  EXPECT_EQ(node[2], (NodeGpu{2, "/dev/gpuC", 0, test::kUuid1}));
+  EXPECT_EQ(node[2], (NodeGpu{2, "/dev/gpuC", 0, test::kUuid1, std::nullopt}));
   // GRES 3 -> minor 2 -> index 0.
-  EXPECT_EQ(node[3], (NodeGpu{3, "/dev/gpuD", 2, test::kUuid0}));
+  EXPECT_EQ(node[3], (NodeGpu{3, "/dev/gpuD", 2, test::kUuid0, std::nullopt}));
 }
 
 TEST(MapNodeGpus, ASubsetOfTheGpusInGresOrder) {
   // Seen live: File=/dev/nvidia[1,3] gives GRES indices 0,1.
   fake_minors() = {{"/dev/nvidia1", 1}, {"/dev/nvidia3", 3}};
   GresConf conf;
-  conf.gpu_files = {"/dev/nvidia1", "/dev/nvidia3"};
+  conf.gpus = entries({"/dev/nvidia1", "/dev/nvidia3"});
   auto node = map_node_gpus(conf, test::four_gpus(), fake_minor_of);
   ASSERT_EQ(node.size(), 2u);
   EXPECT_EQ(node[0].uuid, test::kUuid3);  // minor 1 is nvidia-smi index 3
@@ -160,7 +173,7 @@ TEST(MapNodeGpus, ASubsetOfTheGpusInGresOrder) {
 TEST(MapNodeGpus, AFileMatchingNoGpuIsAnErrorNamingTheGresIndexAndDevice) {
   fake_minors() = {{"/dev/nvidia0", 0}, {"/dev/nvidia9", 9}};
   GresConf conf;
-  conf.gpu_files = {"/dev/nvidia0", "/dev/nvidia9"};
+  conf.gpus = entries({"/dev/nvidia0", "/dev/nvidia9"});
   std::string e = error_of([&] { map_node_gpus(conf, test::four_gpus(), fake_minor_of); });
   EXPECT_NE(e.find("GRES gpu index 1"), std::string::npos) << e;
   EXPECT_NE(e.find("/dev/nvidia9"), std::string::npos) << e;
@@ -170,7 +183,7 @@ TEST(MapNodeGpus, AFileMatchingNoGpuIsAnErrorNamingTheGresIndexAndDevice) {
 TEST(MapNodeGpus, ANonDeviceFileIsAnError) {
   fake_minors() = {};
   GresConf conf;
-  conf.gpu_files = {"/dev/missing0"};
+  conf.gpus = entries({"/dev/missing0"});
   std::string e = error_of([&] { map_node_gpus(conf, test::four_gpus(), fake_minor_of); });
   EXPECT_NE(e.find("GRES gpu index 0"), std::string::npos) << e;
   EXPECT_NE(e.find("/dev/missing0"), std::string::npos) << e;
@@ -182,15 +195,143 @@ TEST(MapNodeGpus, AutoDetectSortsByPciBusId) {
   auto node = map_node_gpus(conf, test::four_gpus(), fake_minor_of);
   // Bus ids: idx0 85, idx1 05, idx2 C5, idx3 45 -> order 1, 3, 0, 2.
   ASSERT_EQ(node.size(), 4u);
-  EXPECT_EQ(node[0], (NodeGpu{0, "/dev/nvidia0", 0, test::kUuid1}));
-  EXPECT_EQ(node[1], (NodeGpu{1, "/dev/nvidia1", 1, test::kUuid3}));
-  EXPECT_EQ(node[2], (NodeGpu{2, "/dev/nvidia2", 2, test::kUuid0}));
-  EXPECT_EQ(node[3], (NodeGpu{3, "/dev/nvidia3", 3, test::kUuid2}));
+  EXPECT_EQ(node[0], (NodeGpu{0, "/dev/nvidia0", 0, test::kUuid1, std::nullopt}));
+  EXPECT_EQ(node[1], (NodeGpu{1, "/dev/nvidia1", 1, test::kUuid3, std::nullopt}));
+  EXPECT_EQ(node[2], (NodeGpu{2, "/dev/nvidia2", 2, test::kUuid0, std::nullopt}));
+  EXPECT_EQ(node[3], (NodeGpu{3, "/dev/nvidia3", 3, test::kUuid2, std::nullopt}));
 }
 
 TEST(MapNodeGpus, NoFilesAndNoAutoDetectIsAnError) {
   std::string e = error_of([] { map_node_gpus(GresConf{}, test::four_gpus(), fake_minor_of); });
   EXPECT_NE(e.find("AutoDetect"), std::string::npos) << e;
+}
+
+// --- MIG slices -----------------------------------------------------------------------
+
+// mig_gpus(): GPU 1 (minor 0) has MIG enabled, MIG device 0 = GI 1 CI 0,
+// device 1 = GI 5 CI 0. The driver's minors: gpu0/gi1 12, its ci0 13;
+// gpu0/gi5 48, its ci0 49.
+MigCaps mig_caps() {
+  MigCaps c;
+  c.minors = MigMinors::parse("config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"
+                              "gpu0/gi5/access 48\ngpu0/gi5/ci0/access 49\n");
+  return c;
+}
+
+TEST(ParseGresConf, MultipleFilesIsOneGresOverSeveralFiles) {
+  const std::string conf =
+      "NodeName=n1 Name=gpu Type=h200 File=/dev/nvidia2\n"
+      "NodeName=n1 Name=gpu Type=1g.18gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap[48-49]\n"
+      "NodeName=n1 Name=gpu Type=3g.71gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap12,/dev/nvidia-caps/nvidia-cap13\n";
+  GresConf g = parse_gres_conf(conf, "n1");
+  ASSERT_EQ(g.gpus.size(), 3u);
+  EXPECT_EQ(g.gpus[0], (GresGpuEntry{{"/dev/nvidia2"}, "h200"}));
+  EXPECT_EQ(g.gpus[1], (GresGpuEntry{{"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap48", "/dev/nvidia-caps/nvidia-cap49"}, "1g.18gb"}));
+  EXPECT_EQ(g.gpus[2].files.size(), 3u);
+  // As Slurm refuses them: both keys on a line, or one file for MultipleFiles=.
+  EXPECT_THROW(parse_gres_conf("Name=gpu File=/dev/nvidia0 MultipleFiles=/dev/nvidia0,/dev/x\n", "n1"), CudaMpsError);
+  std::string e = error_of([] { parse_gres_conf("Name=gpu MultipleFiles=/dev/nvidia0\n", "n1"); });
+  EXPECT_NE(e.find("line 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("use File="), std::string::npos) << e;
+}
+
+TEST(MapNodeGpus, AMigGresGoesThroughItsCapabilityMinorsToTheMigUuid) {
+  fake_minors() = {{"/dev/nvidia0", 0}, {"/dev/nvidia2", 2}, {"/dev/nvidia-caps/nvidia-cap12", 12},
+                   {"/dev/nvidia-caps/nvidia-cap13", 13}, {"/dev/nvidia-caps/nvidia-cap48", 48},
+                   {"/dev/nvidia-caps/nvidia-cap49", 49}};
+  GresConf conf;
+  conf.gpus = {{{"/dev/nvidia2"}, ""},
+               {{"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap48", "/dev/nvidia-caps/nvidia-cap49"}, "1g.18gb"},
+               {{"/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"}, "3g.71gb"}};
+  auto node = map_node_gpus(conf, test::mig_gpus(), fake_minor_of, mig_caps());
+  ASSERT_EQ(node.size(), 3u);
+  EXPECT_EQ(node[0].uuid, test::kUuid0);  // minor 2: a whole GPU
+  EXPECT_FALSE(node[0].mig.has_value());
+  // GRES 1: gpu0 gi5 ci0 -> MIG device 1; its own file is the CI capability.
+  EXPECT_EQ(node[1].uuid, test::kMig1);
+  EXPECT_EQ(node[1].device, "/dev/nvidia-caps/nvidia-cap49");
+  EXPECT_EQ(node[1].minor, 49);
+  ASSERT_TRUE(node[1].mig.has_value());
+  EXPECT_EQ(node[1].mig->parent_uuid, test::kUuid1);
+  EXPECT_EQ(node[1].mig->gpu_instance, 5);
+  EXPECT_EQ(node[2].uuid, test::kMig0);
+  EXPECT_EQ(node[2].device, "/dev/nvidia-caps/nvidia-cap13");
+}
+
+TEST(MapNodeGpus, AMigGresThatNamesNoSliceSaysWhichLink) {
+  fake_minors() = {{"/dev/nvidia0", 0}, {"/dev/nvidia2", 2}, {"/dev/c12", 12}, {"/dev/c13", 13}, {"/dev/c49", 49}};
+  auto error_for = [&](const std::vector<std::string>& files, const MigCaps& caps) {
+    GresConf conf;
+    conf.gpus = {{files, ""}};
+    return error_of([&] { map_node_gpus(conf, test::mig_gpus(), fake_minor_of, caps); });
+  };
+  // GI 1's capability with GI 5's compute instance: no such instance.
+  std::string e = error_for({"/dev/nvidia0", "/dev/c12", "/dev/c49"}, mig_caps());
+  EXPECT_NE(e.find("GRES gpu index 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("capability minors 12 and 49 are no GPU instance and compute instance of gpu0"), std::string::npos) << e;
+  // Two files: a MIG slice is three.
+  e = error_for({"/dev/nvidia0", "/dev/c12"}, mig_caps());
+  EXPECT_NE(e.find("three files"), std::string::npos) << e;
+  // A parent without MIG.
+  e = error_for({"/dev/nvidia2", "/dev/c12", "/dev/c13"}, mig_caps());
+  EXPECT_NE(e.find("has MIG disabled"), std::string::npos) << e;
+  // No mig-minors: the reason comes through.
+  MigCaps none;
+  none.error = "cannot read /proc/driver/nvidia-caps/mig-minors (it does not exist)";
+  e = error_for({"/dev/nvidia0", "/dev/c12", "/dev/c13"}, none);
+  EXPECT_NE(e.find("mig-minors (it does not exist)"), std::string::npos) << e;
+  // nvidia-smi does not list the instance (MIG reconfigured since gres.conf was written).
+  auto caps = mig_caps();
+  caps.minors = MigMinors::parse("gpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n");
+  fake_minors()["/dev/c21"] = 21;
+  fake_minors()["/dev/c22"] = 22;
+  e = error_for({"/dev/nvidia0", "/dev/c21", "/dev/c22"}, caps);
+  EXPECT_NE(e.find("no MIG device with GPU instance 2 and compute instance 0"), std::string::npos) << e;
+}
+
+TEST(MapNodeGpus, AutoDetectPutsWholeGpusFirstThenMigDevicesAsSlurmDoes) {
+  GresConf conf;
+  conf.autodetect = true;
+  auto node = map_node_gpus(conf, test::mig_gpus(), fake_minor_of, mig_caps());
+  // Whole GPUs without MIG in bus order (idx3 45, idx0 85, idx2 C5); the
+  // MIG-enabled GPU 1 is no GRES; its devices follow by GI capability minor.
+  ASSERT_EQ(node.size(), 5u);
+  EXPECT_EQ(node[0].uuid, test::kUuid3);
+  EXPECT_EQ(node[2].uuid, test::kUuid2);
+  EXPECT_EQ(node[3].uuid, test::kMig0);  // gi1: cap 12
+  EXPECT_EQ(node[3].device, "/dev/nvidia-caps/nvidia-cap13");
+  EXPECT_EQ(node[4].uuid, test::kMig1);  // gi5: cap 48
+  EXPECT_EQ(node[4].gres_index, 4);
+  // Without the driver's minors the MIG GRES cannot be told apart: refused.
+  std::string e = error_of([&] { map_node_gpus(conf, test::mig_gpus(), fake_minor_of, MigCaps{std::nullopt, "no file"}); });
+  EXPECT_NE(e.find("capability files are unknown (no file)"), std::string::npos) << e;
+}
+
+TEST(ApplySlurmUuids, SlurmsPairingWinsAndTheTableStaysAPermutation) {
+  GresConf conf;
+  conf.autodetect = true;
+  const auto gpus = test::mig_gpus();
+  auto table = map_node_gpus(conf, gpus, fake_minor_of, mig_caps());
+  // Slurm 22.05 may order MIG GRES otherwise: its prolog says GRES 3 is MIG device 1.
+  auto notes = apply_slurm_uuids(table, {3}, test::kMig1, gpus, mig_caps());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("GRES index 3 is " + test::kMig1), std::string::npos) << notes[0];
+  EXPECT_EQ(table[3].uuid, test::kMig1);
+  EXPECT_EQ(table[3].device, "/dev/nvidia-caps/nvidia-cap49");
+  EXPECT_EQ(table[3].gres_index, 3);
+  EXPECT_EQ(table[4].uuid, test::kMig0);  // swapped, not duplicated
+  EXPECT_EQ(table[4].gres_index, 4);
+  // Agreeing, or indices (no UUID in the mask): nothing changes.
+  auto before = table;
+  EXPECT_TRUE(apply_slurm_uuids(table, {3, 4}, "  " + test::kMig1 + "," + test::kMig0, gpus, mig_caps()).empty());
+  EXPECT_TRUE(apply_slurm_uuids(table, {0, 1}, std::string("0,1"), gpus, mig_caps()).empty());
+  EXPECT_TRUE(apply_slurm_uuids(table, {0, 1}, std::nullopt, gpus, mig_caps()).empty());
+  EXPECT_EQ(table, before);
+  // Slurm names a device this node does not have, or the lists differ.
+  std::string e = error_of([&] { apply_slurm_uuids(table, {3}, std::string("MIG-99999999-6f70-5b8c-9d0e-1f2a3b4c5d6e"), gpus, mig_caps()); });
+  EXPECT_NE(e.find("which nvidia-smi does not list"), std::string::npos) << e;
+  e = error_of([&] { apply_slurm_uuids(table, {3, 4}, test::kMig1, gpus, mig_caps()); });
+  EXPECT_NE(e.find("do not pair up"), std::string::npos) << e;
 }
 
 TEST(DeviceMinor, ReadsCharacterDevicesOnly) {

@@ -223,8 +223,8 @@ class FakeDeviceAccess final : public DeviceAccess {
 
 // GRES order of the node: index, device, minor, UUID all disagree.
 std::vector<NodeGpu> node_gpus() {
-  return {NodeGpu{0, "/dev/nvidia3", 3, test::kUuid2}, NodeGpu{1, "/dev/nvidia1", 1, test::kUuid3},
-          NodeGpu{2, "/dev/nvidia0", 0, test::kUuid1}, NodeGpu{3, "/dev/nvidia2", 2, test::kUuid0}};
+  return {NodeGpu{0, "/dev/nvidia3", 3, test::kUuid2, std::nullopt}, NodeGpu{1, "/dev/nvidia1", 1, test::kUuid3, std::nullopt},
+          NodeGpu{2, "/dev/nvidia0", 0, test::kUuid1, std::nullopt}, NodeGpu{3, "/dev/nvidia2", 2, test::kUuid0, std::nullopt}};
 }
 
 class TaskEnvTest : public ::testing::Test {
@@ -294,6 +294,32 @@ TEST_F(TaskEnvTest, TheJobsClientPriorityReachesItsTasks) {
   for (auto& r : records) r.limits.client_priority = ClientPriority::kNormal;
   env = compute_task_environment(records, task, devices, proc);
   EXPECT_EQ(get(env, "CUDA_MPS_CLIENT_PRIORITY"), "0");
+}
+
+TEST_F(TaskEnvTest, UnderConstraintTheDeviceFilesOverruleAMigUuidTheTaskMayNotOpen) {
+  // Slurm before 23.11.4: with ConstrainDevices and --gpus-per-task=1 over MIG
+  // slices every task's CUDA_VISIBLE_DEVICES named the first slice, while
+  // each task's cgroup allowed only its own slice's capability files.
+  auto records = auto_records({0, 1});
+  for (auto& r : records) {
+    r.slurm->node_gpus[0] = NodeGpu{0, "/dev/nvidia-caps/nvidia-cap13", 13, test::kMig0, test::mig_gpus()[4].mig};
+    r.slurm->node_gpus[1] = NodeGpu{1, "/dev/nvidia-caps/nvidia-cap49", 49, test::kMig1, test::mig_gpus()[5].mig};
+  }
+  records[0].gpu_uuids = {test::kMig0};
+  records[1].gpu_uuids = {test::kMig1};
+  task.cuda_visible_devices = test::kMig0;
+  devices.denied_set = {"/dev/nvidia-caps/nvidia-cap13", "/dev/nvidia2", "/dev/nvidia0"};  // task 1: only slice 1 (and GPU 3's file)
+  auto env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(env.daemon_name, "job5.n1.gpu1");
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), test::kMig1);
+  // The UUID of a slice the task may open stands as given.
+  devices.denied_set = {"/dev/nvidia-caps/nvidia-cap49", "/dev/nvidia2", "/dev/nvidia0"};
+  env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(env.daemon_name, "job5.n1.gpu0");
+  // Unconstrained (nothing denied): the mask decides, as before.
+  devices.denied_set.clear();
+  env = compute_task_environment(records, task, devices, proc);
+  EXPECT_EQ(get(env, "CUDA_VISIBLE_DEVICES"), test::kMig0);
 }
 
 TEST_F(TaskEnvTest, ConstrainedCvdIsAPositionAmongTheAllowedDevices) {
@@ -473,7 +499,7 @@ TEST_F(PrologTest, AutoStartsOneDaemonPerJobGpuWithTheRightUuid) {
   EXPECT_EQ(g0.slurm->gres_indices, (std::vector<int>{0}));
   EXPECT_EQ(g0.slurm->mode, JobMode::kAuto);
   ASSERT_EQ(g0.slurm->node_gpus.size(), 4u);
-  EXPECT_EQ(g0.slurm->node_gpus[1], (NodeGpu{1, tmp / "dev/nvidia1", 1, test::kUuid3}));
+  EXPECT_EQ(g0.slurm->node_gpus[1], (NodeGpu{1, tmp / "dev/nvidia1", 1, test::kUuid3, std::nullopt}));
   EXPECT_EQ(g0.pipe_directory, cfg.run_dir + "/1234.0.8KO/pipe");  // job_run_entry: short, the record keeps the full name
   EXPECT_EQ(g0.owned_directories, (std::vector<std::string>{cfg.run_dir + "/1234.0.8KO"}));
 
@@ -586,13 +612,124 @@ TEST_F(PrologTest, AJobGpuInProhibitedModeOrWithMigFailsTheProlog) {
   EXPECT_EQ(d.host.launches, launches);
   EXPECT_TRUE(record_files().empty());
 
+  // A whole GPU (File=/dev/nvidia0, GRES 2) whose MIG is enabled: its MIG
+  // devices are the GPUs a job can be given, never the whole GPU.
   gpus[2].compute_mode = "Default";
-  gpus[1].mig_mode = "Enabled";
+  gpus = test::mig_gpus();
   d.host.smi_out = test::smi_csv(gpus);
-  e = error_of([&] { run_job_prolog(d.services, cfg, job, JobRequest{}); });
+  d.host.smi_list_out = test::smi_list(gpus);
+  d.host.smi_table_out = test::smi_table(gpus);
+  e = error_of([&] { run_job_prolog(d.services, cfg, context("1234", "n1", "2"), JobRequest{}); });
   EXPECT_NE(e.find("GPU 1 (" + test::kUuid1), std::string::npos) << e;
-  EXPECT_NE(e.find("MIG"), std::string::npos) << e;
+  EXPECT_NE(e.find("has MIG enabled: MPS runs on its MIG devices, one daemon each"), std::string::npos) << e;
   EXPECT_EQ(d.host.launches, launches);
+}
+
+// A node whose GPU 1 (minor 0) is cut into two MIG slices: gres.conf lists
+// GPU 0 whole and the slices with MultipleFiles= (their capability files
+// made with mknod, the driver's minors in the fake /proc/driver).
+class MigPrologTest : public PrologTest {
+ protected:
+  static JobRequest multi_request() {
+    JobRequest r;
+    r.mode = JobMode::kMulti;
+    return r;
+  }
+  void SetUp() override {
+    PrologTest::SetUp();
+    if (IsSkipped()) return;
+    test::make_dir(tmp / "dev/caps", 0755);
+    for (int m : {12, 13, 48, 49}) {
+      std::string path = tmp / ("dev/caps/nvidia-cap" + std::to_string(m));
+      ASSERT_EQ(mknod(path.c_str(), S_IFCHR | 0444, makedev(241, static_cast<unsigned>(m))), 0) << path;
+    }
+    const std::string dev = tmp.path() + "/dev";
+    test::write_text(tmp / "gres.conf", "NodeName=n1 Name=gpu File=" + dev + "/nvidia2\n"
+                                        "NodeName=n1 Name=gpu Type=3g.71gb MultipleFiles=" + dev + "/nvidia0," + dev +
+                                        "/caps/nvidia-cap12," + dev + "/caps/nvidia-cap13\n"
+                                        "NodeName=n1 Name=gpu Type=1g.18gb MultipleFiles=" + dev + "/nvidia0," + dev +
+                                        "/caps/nvidia-cap[48-49]\n");
+    const auto gpus = test::mig_gpus();
+    d.host.smi_out = test::smi_csv(gpus);
+    d.host.smi_list_out = test::smi_list(gpus);
+    d.host.smi_table_out = test::smi_table(gpus);
+    test::make_dir(cfg.tools.driver_proc + "/nvidia-caps", 0755);
+    test::write_text(cfg.tools.driver_proc + "/nvidia-caps/mig-minors",
+                     "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu0/gi5/access 48\ngpu0/gi5/ci0/access 49\n");
+  }
+};
+
+TEST_F(MigPrologTest, OneDaemonPerMigSliceWithItsMigUuidAndParentRecorded) {
+  PrologOutcome out = run_job_prolog(d.services, cfg, context("77", "n1", "1-2"), JobRequest{});
+  ASSERT_EQ(out.started.size(), 2u);
+  // nvidia-smi three times: the query, then -L and the table (MIG is on).
+  EXPECT_EQ(d.host.smi_calls, 3);
+  EXPECT_EQ(out.started[0].gpu_uuids, (std::vector<std::string>{test::kMig0}));
+  EXPECT_EQ(out.started[1].gpu_uuids, (std::vector<std::string>{test::kMig1}));
+  std::set<std::string> launched;
+  for (const auto& c : d.host.launch_commands) launched.insert(test::env_value(c, "CUDA_VISIBLE_DEVICES").value_or("?"));
+  EXPECT_EQ(launched, (std::set<std::string>{test::kMig0, test::kMig1}));
+  const NodeGpu& slice = out.started[1].slurm->node_gpus[2];
+  EXPECT_EQ(slice.uuid, test::kMig1);
+  EXPECT_EQ(slice.device, tmp / "dev/caps/nvidia-cap49");
+  ASSERT_TRUE(slice.mig.has_value());
+  EXPECT_EQ(slice.mig->parent_uuid, test::kUuid1);
+  EXPECT_EQ(slice.mig->profile, "1g.18gb");
+  // The record round-trips the slice.
+  RecordStore store = slurm_record_store(cfg);
+  EXPECT_EQ(store.read(out.started[1].name)->slurm->node_gpus[2], slice);
+  // A task holding the slice's GRES index gets the MIG UUID and its daemon.
+  TaskContext task;
+  task.job_id = "77";
+  task.uid = test::kOtherUid;
+  task.node = "n1";
+  task.cuda_visible_devices = "2";
+  FakeDeviceAccess open_all;
+  TaskEnvironment env = compute_task_environment(job_records(store, "77", "n1", test::kOtherUid), task, open_all, d.proc);
+  EXPECT_EQ(env.daemon_name, out.started[1].name);
+  EXPECT_EQ(env.set[0], (std::pair<std::string, std::string>{"CUDA_VISIBLE_DEVICES", test::kMig1}));
+  EXPECT_TRUE(run_job_epilog(d.services, cfg, context("77", "n1", "1-2")).ok());
+}
+
+TEST_F(MigPrologTest, SlurmsMigUuidsInThePrologEnvironmentAreBelieved) {
+  // AutoDetect=nvml: Slurm's prolog has the slice's UUID in CUDA_VISIBLE_DEVICES.
+  test::write_text(tmp / "gres.conf", "AutoDetect=nvml\n");
+  JobContext j = context("78", "n1", "3");
+  j.cuda_visible_devices = test::kMig1;  // gres.conf order would say GRES 3 is MIG device 0 (GI 1)
+  PrologOutcome out = run_job_prolog(d.services, cfg, j, JobRequest{});
+  ASSERT_EQ(out.started.size(), 1u);
+  EXPECT_EQ(out.started[0].gpu_uuids, (std::vector<std::string>{test::kMig1}));
+  EXPECT_TRUE(std::any_of(out.warnings.begin(), out.warnings.end(),
+                          [](const auto& w) { return w.find("GRES index 3 is " + test::kMig1 + " as Slurm says") != std::string::npos; }));
+  EXPECT_TRUE(run_job_epilog(d.services, cfg, j).ok());
+  // A UUID this node does not have: refused before anything starts.
+  j.job_id = "79";
+  j.cuda_visible_devices = "MIG-99999999-6f70-5b8c-9d0e-1f2a3b4c5d6e";
+  const int launches = d.host.launches;
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, j, JobRequest{}); });
+  EXPECT_NE(e.find("which nvidia-smi does not list on this node"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, launches);
+}
+
+TEST_F(MigPrologTest, MultiCannotSpanMigSlices) {
+  const int launches = d.host.launches;
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, context("80", "n1", "1-2"), multi_request()); });
+  EXPECT_NE(e.find("one daemon per MIG device; use --unilab-mps (one daemon per GPU or MIG slice)"), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, launches);
+  EXPECT_TRUE(record_files().empty());
+  // One slice under =multi is one daemon on it, as any single GPU.
+  PrologOutcome one = run_job_prolog(d.services, cfg, context("81", "n1", "2"), multi_request());
+  ASSERT_EQ(one.started.size(), 1u);
+  EXPECT_EQ(one.started[0].gpu_uuids, (std::vector<std::string>{test::kMig1}));
+  EXPECT_TRUE(run_job_epilog(d.services, cfg, context("81", "n1", "2")).ok());
+}
+
+TEST_F(MigPrologTest, WithoutTheDriversMigMinorsTheSliceIsNotGuessed) {
+  std::filesystem::remove(cfg.tools.driver_proc + "/nvidia-caps/mig-minors");
+  std::string e = error_of([&] { run_job_prolog(d.services, cfg, context("82", "n1", "2"), JobRequest{}); });
+  EXPECT_NE(e.find("mig-minors"), std::string::npos) << e;
+  EXPECT_NE(e.find("driver_proc="), std::string::npos) << e;
+  EXPECT_EQ(d.host.launches, 0);
 }
 
 TEST_F(PrologTest, MissingGresConfIsAnError) {

@@ -63,7 +63,7 @@ NodeFacts ready_facts() {
   f.nvidia.discovery = GpuDiscovery{*f.gpus, std::nullopt};
   f.gres_path = "/etc/slurm/gres.conf";
   f.gres = GresConf{};
-  f.gres->gpu_files = {"/dev/nvidia2"};
+  f.gres->gpus = {{{"/dev/nvidia2"}, ""}};
   for (const auto& g : *f.gpus) {
     GresGpuMapping m;
     m.gres_index = static_cast<int>(f.gpu_entries.size());

@@ -48,6 +48,8 @@ class NodeDoctorTest : public ::testing::Test {
     probe.executables = {"/opt/nv/nvidia-smi", "/opt/nv/nvidia-cuda-mps-control"};
     probe.files["/etc/slurm/gres.conf"] = "AutoDetect=off\nNodeName=gpu02 Name=gpu File=/dev/nvidia[2,0,3,1]\n";
     probe.minors = {{"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}, {"/dev/nvidia2", 2}, {"/dev/nvidia3", 3}};
+    // The driver's minors (nvidia-smi 580 has no minor_number field).
+    for (const auto& g : test::four_gpus()) probe.files["/proc/driver/" + test::driver_information_path(g)] = test::driver_information(g);
     runner.handler = [](const Command& c) {
       if (c.argv[0] == "/opt/nv/nvidia-smi") return test::exited(0, test::smi_csv(exclusive_gpus()));
       if (c.argv == std::vector<std::string>{"/usr/sbin/slurmd", "-V"}) return test::exited(0, "slurm 22.05.8\n");

@@ -111,7 +111,7 @@ TEST(RequireGpusSuitMps, NotAvailableOrNotSupportedModesDoNotRefuse) {
 
 // --- doctor checks -------------------------------------------------------------
 
-TEST(CheckComputeModes, ExclusiveProcessOkDefaultWarnsProhibitedOrMigFails) {
+TEST(CheckComputeModes, ExclusiveProcessOkDefaultWarnsProhibitedFailsMigNotes) {
   auto ok = check_compute_modes({gpu_with(0, test::kUuid0, "Exclusive_Process", "Disabled"),
                                  gpu_with(1, test::kUuid1, "Exclusive_Process", "[N/A]")});
   EXPECT_EQ(ok.status, CheckStatus::kOk) << ok.detail;
@@ -124,9 +124,16 @@ TEST(CheckComputeModes, ExclusiveProcessOkDefaultWarnsProhibitedOrMigFails) {
                                    gpu_with(1, test::kUuid1, "Prohibited", "Disabled")});
   EXPECT_EQ(fail.status, CheckStatus::kFail);
   EXPECT_NE(fail.detail.find("GPU 1 ("), std::string::npos) << fail.detail;
-  auto mig = check_compute_modes({gpu_with(0, test::kUuid0, "Exclusive_Process", "Enabled")});
-  EXPECT_EQ(mig.status, CheckStatus::kFail);
-  EXPECT_NE(mig.detail.find("MIG"), std::string::npos) << mig.detail;
+  // A MIG-enabled GPU serves its MIG devices, a daemon each: not a failure,
+  // and no compute-mode advice for it (NVIDIA: Exclusive_Process is not
+  // supported in MIG mode).
+  auto mig = check_compute_modes(test::mig_gpus());
+  EXPECT_EQ(mig.status, CheckStatus::kWarn) << mig.detail;  // GPUs 0, 2, 3 are Default
+  EXPECT_NE(mig.detail.find("GPU 1 has MIG enabled (2 MIG devices: one daemon each)"), std::string::npos) << mig.detail;
+  EXPECT_EQ(mig.detail.find("GPU 1 is"), std::string::npos) << mig.detail;
+  auto only_migs = check_compute_modes({test::mig_gpus()[4]});
+  EXPECT_EQ(only_migs.status, CheckStatus::kOk) << only_migs.detail;
+  EXPECT_NE(only_migs.detail.find("do not apply to MIG devices"), std::string::npos) << only_migs.detail;
   for (const auto& r : {ok, warn, fail, mig}) EXPECT_EQ(r.detail.find('\n'), std::string::npos);
 }
 

@@ -35,7 +35,7 @@ DaemonRecord slurm_record() {
   r.limits.active_thread_percentage = 37.5;
   r.limits.pinned_mem_limit = "8192M";
   r.slurm = SlurmBinding{"17", "n1", JobMode::kMulti, {0, 1},
-                         {NodeGpu{0, "/dev/nvidia3", 3, test::kUuid1}, NodeGpu{1, "/dev/nvidia1", 1, test::kUuid2}}};
+                         {NodeGpu{0, "/dev/nvidia3", 3, test::kUuid1, std::nullopt}, NodeGpu{1, "/dev/nvidia1", 1, test::kUuid2, std::nullopt}}};
   r.owned_directories = {"/run/unilab-mps/run/job17.n1.multi"};
   return r;
 }

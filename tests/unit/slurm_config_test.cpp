@@ -75,7 +75,7 @@ TEST(PluginArgsTable, ListsEveryKeyTheParserKnowsWithTheParsersDefaults) {
       EXPECT_NE(unknown.find(key), std::string::npos) << key << " is in the table but not in: " << unknown;
       ++rows;
     }
-    EXPECT_EQ(rows, 13u) << table;
+    EXPECT_EQ(rows, 14u) << table;
     EXPECT_NE(table.find("| `start_timeout=` | `15` |"), std::string::npos) << table;
     EXPECT_NE(table.find("| `dir_size=` | `64M` |"), std::string::npos) << table;
     EXPECT_NE(table.find("| `state_dir=` | `/run/unilab-mps` |"), std::string::npos) << table;

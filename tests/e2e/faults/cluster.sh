@@ -8,7 +8,7 @@ cluster_part() {
   STATE_DIR=$CLUSTER_DIR/mps-state
   RUN_DIR=$CLUSTER_DIR/mps-run
   export PLUGIN_SO=$STAGE/unilab_mps.so
-  export PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=2 stop_timeout=3"
+  export PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=2 stop_timeout=3"
   CLUSTER_MODE=plain CLUSTER_NODES=1 cluster_up || { fail "cluster: up"; return; }
   local u=unimps1 out rc job
   local outd=$STAGE/out

@@ -18,7 +18,7 @@ setup_helpers() {
     done
   } >"$H/etc/gres.conf"
   : >"$H/etc/slurm.conf"
-  H_ARGS=("state_dir=$H/state" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi"
+  H_ARGS=("state_dir=$H/state" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc"
           "mps_control=$FAKES/nvidia-cuda-mps-control" "start_timeout=2" "stop_timeout=3")
   EXTRA_ARGS=()
 }
