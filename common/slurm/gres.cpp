@@ -142,6 +142,22 @@ GresConf parse_gres_conf(std::string_view text, const std::string& node) {
   return conf;
 }
 
+std::vector<GresGpuEntry> order_gres_as_slurm(GresConf& conf, const std::vector<NodeGres>& node_gres) {
+  if (node_gres.empty()) return {};
+  std::vector<GresGpuEntry> left = std::move(conf.gpus), ordered;
+  for (const NodeGres& g : node_gres) {
+    for (unsigned long n = 0; n < g.count; ++n) {
+      auto it = std::find_if(left.begin(), left.end(),
+                             [&](const GresGpuEntry& e) { return g.type.empty() || lower(e.type) == lower(g.type); });
+      if (it == left.end()) break;
+      ordered.push_back(std::move(*it));
+      left.erase(it);
+    }
+  }
+  conf.gpus = std::move(ordered);
+  return left;
+}
+
 int device_minor(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return -1;

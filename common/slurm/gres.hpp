@@ -30,6 +30,26 @@ struct GresConf {
   std::vector<GresGpuEntry> gpus;        // Name=gpu entries in GRES order
 };
 
+// One GRES of a node's Gres= in slurm.conf: `gpu:h200:2` is {"h200", 2},
+// `gpu:4` {"", 4}, in the order slurm.conf lists them (slurm_files.hpp
+// node_gres reads them).
+struct NodeGres {
+  std::string type;  // empty: untyped
+  unsigned long count = 0;
+  bool operator==(const NodeGres&) const = default;
+};
+
+// Puts gres.conf's GPU entries in the order Slurm gives them GRES indices:
+// slurmd merges gres.conf into slurm.conf's Gres= (gres.c _merge_config),
+// taking for each of its types in slurm.conf's order the gres.conf lines of
+// that type (any type for an untyped Gres=), in file order, up to its
+// count; lines no Gres= entry takes get no index (Slurm discards them).
+// Seen with slurmd -G on 22.05.8: Gres=gpu:h200:2,gpu:1g.18gb:2,gpu:3g.71gb:2
+// indexes the 1g.18gb lines before the 3g.71gb ones whatever gres.conf's
+// order. An empty `node_gres` (no Gres= known) leaves the order as it is.
+// Returns the entries no Gres= entry took (for the doctor to name).
+std::vector<GresGpuEntry> order_gres_as_slurm(GresConf& conf, const std::vector<NodeGres>& node_gres);
+
 // Expands a Slurm hostlist such as `n[1-3,7],gpu-a` (also used for File=
 // ranges like `/dev/nvidia[0-3]`). Throws CudaMpsError when malformed.
 std::vector<std::string> expand_hostlist(std::string_view expr);

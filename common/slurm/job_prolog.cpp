@@ -25,7 +25,9 @@
 #include "common/mps/topology.hpp"
 #include "common/slurm/containment.hpp"
 #include "common/slurm/gres.hpp"
+#include "common/slurm/node_probe.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
+#include "common/slurm/slurm_files.hpp"
 
 namespace unilab::mps {
 
@@ -47,6 +49,14 @@ std::string read_gres_conf(const std::string& path) {
 std::vector<NodeGpu> job_node_gpus(Services& s, const PluginConfig& cfg, const JobContext& job, const std::vector<int>& job_gpus,
                                    std::vector<std::string>& notes) {
   GresConf conf = parse_gres_conf(read_gres_conf(gres_conf_path(cfg, job.slurm_conf)), job.node);
+  // GRES indices follow slurm.conf's Gres= types, not gres.conf's lines.
+  try {
+    SystemNodeProbe probe;
+    const std::string slurm_conf = job.slurm_conf ? *job.slurm_conf : locate_slurm_conf().path;
+    if (auto gres = node_gres(read_slurm_conf(probe, slurm_conf), job.node)) order_gres_as_slurm(conf, *gres);
+  } catch (const CudaMpsError& e) {
+    notes.push_back(fmt::format("GRES indices taken in gres.conf's order: {}", e.what()));
+  }
   std::vector<GpuIdentity> gpus = discover_gpus(s.runner, cfg.tools);  // the one nvidia-smi call
   // The driver's MIG capability minors, read only where MIG is in play.
   MigCaps caps;
@@ -55,7 +65,7 @@ std::vector<NodeGpu> job_node_gpus(Services& s, const PluginConfig& cfg, const J
     caps = read_mig_caps(cfg.tools.driver_proc + "/nvidia-caps/mig-minors");
   }
   std::vector<NodeGpu> node_gpus = map_node_gpus(conf, gpus, device_minor, caps);
-  notes = apply_slurm_uuids(node_gpus, job_gpus, job.cuda_visible_devices, gpus, caps);
+  for (auto& n : apply_slurm_uuids(node_gpus, job_gpus, job.cuda_visible_devices, gpus, caps)) notes.push_back(std::move(n));
   for (int idx : job_gpus) {
     if (idx < 0 || static_cast<size_t>(idx) >= node_gpus.size()) {
       throw CudaMpsError(fmt::format("SLURM_JOB_GPUS names GRES index {} but gres.conf lists {} GPU(s) for node {}", idx,

@@ -269,7 +269,13 @@ Result check_gres_conf(const NodeFacts& f) {
   std::string what = g.gpus.empty() ? (g.autodetect ? std::string("AutoDetect") : std::string("no GPU"))
                                     : fmt::format("{} GPU GRES{}", g.gpus.size(),
                                                   migs ? fmt::format(" ({} of them MIG slices, MultipleFiles=)", migs) : "");
-  return ok(fmt::format("{}: {} for node {}", f.gres_path, what, f.node));
+  if (!f.gres_discarded.empty()) {
+    std::vector<std::string> lines;
+    for (const auto& e : f.gres_discarded) lines.push_back(join(e.files, ",") + (e.type.empty() ? "" : " (Type=" + e.type + ")"));
+    return warn(fmt::format("{}: {} for node {}; {} GPU line(s) beyond slurm.conf's Gres= for the node, which Slurm discards: {}",
+                            f.gres_path, what, f.node, lines.size(), join(lines, "; ")));
+  }
+  return ok(fmt::format("{}: {} for node {}, in slurm.conf's Gres= order", f.gres_path, what, f.node));
 }
 
 Result check_gpu_map(const NodeFacts& f) {

@@ -92,6 +92,7 @@ struct NodeFacts : NodeSlurmFiles {
   std::string gres_path;
   std::optional<GresConf> gres;
   std::string gres_error;  // unreadable or unparsable
+  std::vector<GresGpuEntry> gres_discarded;  // GPU lines beyond slurm.conf's Gres=: Slurm gives them no index
   std::vector<GresGpuMapping> gpu_entries;
   std::string gpu_map_error;
   // the rest

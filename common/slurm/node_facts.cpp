@@ -132,6 +132,9 @@ void gather_gres(NodeProbe& probe, NodeFacts& f) {
   }
   try {
     f.gres = parse_gres_conf(*text, f.node);
+    if (!f.conf_error) {
+      if (auto gres = node_gres(f.conf, f.node)) f.gres_discarded = order_gres_as_slurm(*f.gres, *gres);  // Slurm's GRES index order
+    }
   } catch (const CudaMpsError& e) {
     f.gres_error = fmt::format("{}: {}", f.gres_path, e.what());
     return;

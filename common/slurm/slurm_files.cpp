@@ -1,12 +1,14 @@
 #include "common/slurm/slurm_files.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
 #include "common/mps/text.hpp"
+#include "common/mps/units.hpp"
 #include "common/slurm/config_text.hpp"
 #include "common/slurm/gres.hpp"  // expand_hostlist
 
@@ -102,6 +104,54 @@ std::vector<std::string> nodes_for_host(const SlurmConf& conf, const std::string
 }
 
 }  // namespace
+
+std::optional<std::vector<NodeGres>> node_gres(const SlurmConf& conf, const std::string& node, const std::string& name) {
+  std::optional<std::string> defaults, gres;
+  bool found = false;
+  for (const auto& n : conf.nodes) {
+    auto it = n.find("nodename");
+    if (it == n.end()) continue;
+    auto g = n.find("gres");
+    if (lower(it->second) == "default") {
+      if (g != n.end()) defaults = g->second;
+      continue;
+    }
+    std::vector<std::string> names;
+    try {
+      names = expand_hostlist(it->second);
+    } catch (const CudaMpsError&) {
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), node) == names.end()) continue;
+    found = true;
+    gres = g != n.end() ? std::optional<std::string>(g->second) : defaults;
+    break;
+  }
+  if (!found) return std::nullopt;
+  std::vector<NodeGres> out;
+  // name[:type]:count[suffix][(S:...)], comma-separated ("gpu:h200:2(S:0-1),mps:100").
+  const std::string text = gres.value_or("");  // the views below point into it
+  for (std::string_view item : split_nonempty(text, ',')) {
+    if (const size_t paren = item.find('('); paren != std::string_view::npos) item = item.substr(0, paren);
+    const auto parts = split_nonempty(item, ':');
+    if (parts.empty() || lower(parts[0]) != name) continue;
+    NodeGres g;
+    std::string_view count = parts.size() >= 2 ? parts.back() : "1";
+    if (parts.size() == 3) g.type = std::string(parts[1]);
+    if (parts.size() == 2 && !count.empty() && !std::isdigit(static_cast<unsigned char>(count[0]))) {
+      g.type = std::string(count);  // gpu:h200 (count 1)
+      count = "1";
+    }
+    if (parts.size() > 3) throw CudaMpsError(fmt::format("slurm.conf NodeName={} Gres= entry '{}' is not name[:type]:count", node, item));
+    try {
+      g.count = static_cast<unsigned long>(parse_size_bytes(std::string(count)));
+    } catch (const CudaMpsError&) {
+      throw CudaMpsError(fmt::format("slurm.conf NodeName={} Gres= entry '{}': '{}' is not a count", node, item, count));
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
 
 std::optional<std::string> SlurmConf::get(const std::string& lowercase_key) const {
   auto it = values.find(lowercase_key);

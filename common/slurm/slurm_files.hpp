@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/slurm/gres.hpp"  // NodeGres
 #include "common/slurm/node_probe.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
 #include "common/slurm/slurm_config.hpp"
@@ -27,6 +28,11 @@ struct SlurmConf {
 };
 // Throws CudaMpsError when `path` cannot be read.
 SlurmConf read_slurm_conf(NodeProbe& probe, const std::string& path);
+
+// The `name` GRES (gpu) of `node`: its NodeName line's Gres=, else the
+// last NodeName=DEFAULT before it. Throws CudaMpsError naming a malformed
+// entry; nullopt when slurm.conf names no such node.
+std::optional<std::vector<NodeGres>> node_gres(const SlurmConf& conf, const std::string& node, const std::string& name = "gpu");
 
 // One `required`/`optional` line of plugstack.conf.
 struct PlugstackEntry {

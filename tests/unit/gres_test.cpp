@@ -235,6 +235,33 @@ TEST(ParseGresConf, MultipleFilesIsOneGresOverSeveralFiles) {
   EXPECT_NE(e.find("use File="), std::string::npos) << e;
 }
 
+TEST(OrderGresAsSlurm, SlurmConfsTypesDecideTheIndices) {
+  // gres.conf in the driver's order; slurm.conf types in another. Seen with
+  // `slurmd -G` on 22.05.8: the 1g.18gb lines come before the 3g.71gb ones.
+  GresConf conf;
+  conf.gpus = {{{"/dev/nvidia2"}, "h200"},  {{"/dev/nvidia0", "c12", "c13"}, "3g.71gb"},
+               {{"/dev/nvidia0", "c48", "c49"}, "1g.18gb"}, {{"/dev/nvidia1", "c147", "c148"}, "3g.71gb"},
+               {{"/dev/nvidia1", "c183", "c184"}, "1G.18GB"}, {{"/dev/nvidia3"}, "h200"}};
+  GresConf typed = conf;
+  order_gres_as_slurm(typed, {{"h200", 2}, {"1g.18gb", 2}, {"3g.71gb", 2}});
+  std::vector<std::string> order;
+  for (const auto& e : typed.gpus) order.push_back(e.files.back());
+  EXPECT_EQ(order, (Strings{"/dev/nvidia2", "/dev/nvidia3", "c49", "c184", "c13", "c148"}));
+  // Untyped: file order. Beyond the counts: no index (Slurm discards the line).
+  GresConf untyped = conf;
+  order_gres_as_slurm(untyped, {{"", 4}});
+  ASSERT_EQ(untyped.gpus.size(), 4u);
+  EXPECT_EQ(untyped.gpus[1].files.back(), "c13");
+  GresConf fewer = conf;
+  order_gres_as_slurm(fewer, {{"h200", 1}, {"1g.18gb", 1}});
+  ASSERT_EQ(fewer.gpus.size(), 2u);
+  EXPECT_EQ(fewer.gpus[1].files.back(), "c49");
+  // No Gres= known: as written.
+  GresConf same = conf;
+  order_gres_as_slurm(same, {});
+  EXPECT_EQ(same.gpus, conf.gpus);
+}
+
 TEST(MapNodeGpus, AMigGresGoesThroughItsCapabilityMinorsToTheMigUuid) {
   fake_minors() = {{"/dev/nvidia0", 0}, {"/dev/nvidia2", 2}, {"/dev/nvidia-caps/nvidia-cap12", 12},
                    {"/dev/nvidia-caps/nvidia-cap13", 13}, {"/dev/nvidia-caps/nvidia-cap48", 48},

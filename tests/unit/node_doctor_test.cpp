@@ -272,6 +272,13 @@ TEST_F(NodeDoctorTest, EveryUnmappableGpuIsFlagged) {
 
 TEST_F(NodeDoctorTest, TwoGresEntriesOnOneGpuFail) {
   probe.files["/etc/slurm/gres.conf"] = "NodeName=gpu02 Name=gpu File=/dev/nvidia[2,0,3,1]\nName=gpu File=/dev/nvidia2\n";
+  // slurm.conf's Gres=gpu:4 takes four lines: Slurm discards the fifth, and the doctor says so.
+  const auto discarded = check(run(), "gres.conf");
+  EXPECT_EQ(discarded.status, CheckStatus::kWarn);
+  EXPECT_NE(discarded.detail.find("1 GPU line(s) beyond slurm.conf's Gres= for the node, which Slurm discards: /dev/nvidia2"),
+            std::string::npos) << discarded.detail;
+  // Gres=gpu:5 takes it: two GRES on one GPU.
+  probe.files[opt.slurm_conf] = "GresTypes=gpu\nNodeName=gpu[01-02] NodeHostname=host[1-2] Gres=gpu:5 CPUs=8\n";
   EXPECT_NE(check(run(), "gpu-map").detail.find("GRES 0,4 are the same GPU"), std::string::npos);
 }
 

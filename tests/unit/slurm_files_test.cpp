@@ -66,6 +66,22 @@ TEST(SlurmConfTest, KeysAreCaseInsensitiveAndNodeLinesSeparate) {
   EXPECT_THROW(read_slurm_conf(probe, "/e/none.conf"), CudaMpsError);
 }
 
+TEST(NodeGresTest, ReadsTheNodesGpuGresInSlurmConfsOrder) {
+  FakeNodeProbe probe;
+  probe.files["/e/slurm.conf"] =
+      "NodeName=DEFAULT Gres=gpu:2\n"
+      "NodeName=n[1-2] CPUs=8 Gres=gpu:h200:2,mps:200,gpu:1g.18gb:2(S:0-1),gpu:3g.71gb:1K\n"
+      "NodeName=n3 CPUs=8\n"
+      "NodeName=n4 Gres=gpu:a100,gpu:4\n"
+      "NodeName=bad Gres=gpu:x:y:3\n";
+  const SlurmConf conf = read_slurm_conf(probe, "/e/slurm.conf");
+  EXPECT_EQ(node_gres(conf, "n2"), (std::vector<NodeGres>{{"h200", 2}, {"1g.18gb", 2}, {"3g.71gb", 1024}}));
+  EXPECT_EQ(node_gres(conf, "n3"), (std::vector<NodeGres>{{"", 2}}));  // NodeName=DEFAULT
+  EXPECT_EQ(node_gres(conf, "n4"), (std::vector<NodeGres>{{"a100", 1}, {"", 4}}));
+  EXPECT_FALSE(node_gres(conf, "n9").has_value());
+  EXPECT_THROW(node_gres(conf, "bad"), CudaMpsError);
+}
+
 TEST(NodePatternTest, ExpandsNodeAndHost) {
   EXPECT_EQ(expand_node_pattern("/run/slurmd-%n.%h.pid", "n1", "vm"), "/run/slurmd-n1.vm.pid");
   EXPECT_EQ(expand_node_pattern("/run/100%.pid", "n1", "vm"), "/run/100%.pid");
