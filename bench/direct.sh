@@ -120,7 +120,7 @@ floor() { # floor LATENCY
   local pid pd=$W/node/floor/pipe
   mkdir -p "$pd" "$W/node/floor/log"
   clock_start
-  "$BENCH_FAKES/nvidia-smi" --query-gpu=index,uuid,minor_number,pci.bus_id,name --format=csv,noheader >/dev/null ||
+  "$BENCH_FAKES/nvidia-smi" --query-gpu=index,uuid,pci.bus_id,compute_mode,mig.mode.current,name --format=csv,noheader >/dev/null ||
     { bench_log "floor: the fake nvidia-smi failed"; return 1; }
   clock_stop
   row floor tools 1 "$1" smi_ms "$CLOCK_MS"

@@ -135,7 +135,15 @@ std::string render_host_status(const HostStatus& h, const std::string& heading, 
   if (h.diagnostic) out += fmt::format("nvidia-smi: {}\n", *h.diagnostic);
   if (!h.gpus.empty()) {
     out += fmt::format("{:<5} {:<41} {:<6} {}\n", "GPU", "UUID", "MINOR", "NAME");
-    for (const auto& g : h.gpus) out += fmt::format("{:<5} {:<41} {:<6} {}\n", g.index, g.uuid, g.minor_number, g.name);
+    for (const auto& g : h.gpus) {
+      if (g.mig) {  // a MIG slice: what it is a part of
+        out += fmt::format("{:<5} {:<41} {:<6} MIG {} of {} (GPU {}, GPU instance {}, compute instance {})\n", "MIG", g.uuid,
+                           g.minor_number, g.mig->profile, g.mig->parent_uuid, g.mig->parent_index, g.mig->gpu_instance,
+                           g.mig->compute_instance);
+      } else {
+        out += fmt::format("{:<5} {:<41} {:<6} {}\n", g.index, g.uuid, g.minor_number, g.name);
+      }
+    }
   }
   out += fmt::format("daemons ({}) in {}\n", h.managed_daemons.size(), records_dir);
   for (size_t i = 0; i < h.managed_daemons.size(); ++i) out += render_daemon(h.managed_daemons[i], h.daemon_states[i]);

@@ -18,6 +18,23 @@
 #   CLUSTER_NODES      1 or 2 (nodes n1[, n2] on this host, distinct slurmd ports)
 #   CLUSTER_PORT_BASE  slurmctld port; slurmd of node i gets base+i (default 16817)
 #   GPU_MINORS         fake GPU minors in GRES order (default "3 1 0 2")
+#   CLUSTER_MIG        MIG slices besides those whole GPUs (a node whose GPUs
+#                      are partly MIG): "PARENT:GI_CAP:CI_CAP:TYPE:UUID ...",
+#                      PARENT the minor of a MIG-enabled GPU, the caps the
+#                      minors of its GPU and compute instance's capability
+#                      files (made with mknod, char major 241, in
+#                      dev/nvidia-caps), TYPE its GRES type. The whole GPUs
+#                      are then type h200. gres.conf lists each slice with
+#                      MultipleFiles= after them, or, with
+#                      CLUSTER_MIG_FAKE_GPUS=1, holds only AutoDetect=nvml
+#                      and slurmd reads the node's GPUs from a fake_gpus.conf
+#                      next to slurm.conf (Slurm's test-only stand-in for
+#                      gpu/nvml, read by gres_gpu.so without NVML), each slice
+#                      with its UUID as gpu/nvml gives it: the prolog then has
+#                      CUDA_VISIBLE_DEVICES=MIG-<uuid>. There the whole GPUs'
+#                      files sort first and PARENT 1's slices before PARENT 0's
+#                      (dev/fake/{a,b,c}), as Slurm 22.05 can order MIG GRES
+#                      other than the driver's GI order
 #   CLUSTER_CPUS       CPUs declared per node (default 8; config_overrides lets
 #                      it exceed the machine's cores, e.g. 32 for -n32 jobs)
 #   PLUGIN_SO          absolute path of unilab_mps.so; unset/empty: plugstack.conf
@@ -379,11 +396,39 @@ _ue2e_prepare_dir() {
 }
 
 _ue2e_make_gpus() {
-    local m
+    local m slice p g c
     for m in ${GPU_MINORS:-3 1 0 2}; do
         [[ $m =~ ^[0-9]+$ ]] || { _ue2e_err "bad GPU minor '$m' in GPU_MINORS"; return 1; }
         mknod -m 666 "$CLUSTER_DIR/dev/nvidia$m" c 195 "$m" || return 1
     done
+    [[ -n ${CLUSTER_MIG:-} ]] || return 0
+    mkdir -p "$CLUSTER_DIR/dev/nvidia-caps" "$CLUSTER_DIR"/dev/fake/{a,b,c} || return 1
+    for slice in $CLUSTER_MIG; do
+        IFS=: read -r p g c _ _ <<<"$slice"
+        [[ $p =~ ^[0-9]+$ && $g =~ ^[0-9]+$ && $c =~ ^[0-9]+$ ]] || { _ue2e_err "bad CLUSTER_MIG slice '$slice'"; return 1; }
+        [[ -e $CLUSTER_DIR/dev/nvidia$p ]] || mknod -m 666 "$CLUSTER_DIR/dev/nvidia$p" c 195 "$p" || return 1
+        for m in "$g" "$c"; do
+            [[ -e $CLUSTER_DIR/dev/nvidia-caps/nvidia-cap$m ]] || mknod -m 444 "$CLUSTER_DIR/dev/nvidia-caps/nvidia-cap$m" c 241 "$m" || return 1
+        done
+    done
+}
+
+# The Gres= of a node: gpu:N, or with CLUSTER_MIG gpu:h200:N plus a count per slice type.
+_ue2e_node_gres() {
+    local -a minors
+    read -r -a minors <<<"${GPU_MINORS:-3 1 0 2}"
+    if [[ -z ${CLUSTER_MIG:-} ]]; then
+        printf 'gpu:%d' "${#minors[@]}"
+        return
+    fi
+    local slice t out="gpu:h200:${#minors[@]}"
+    declare -A count=()
+    for slice in $CLUSTER_MIG; do
+        IFS=: read -r _ _ _ t _ <<<"$slice"
+        count[$t]=$((${count[$t]:-0} + 1))
+    done
+    for t in $(printf '%s\n' "${!count[@]}" | sort); do out+=",gpu:$t:${count[$t]}"; done
+    printf '%s' "$out"
 }
 
 _ue2e_write_slurm_conf() {
@@ -448,8 +493,8 @@ EOF
         # its conf-cache (next to the cached slurm.conf).
         [[ ${CLUSTER_CONFIGLESS:-0} == 1 ]] || printf 'PlugStackConfig=%s/etc/plugstack.conf\n' "$d"
         for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do
-            printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN\n' \
-                "$i" "$host" "$((base + i))" "${CLUSTER_CPUS:-8}" "$ngpu"
+            printf 'NodeName=n%d NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 Gres=%s State=UNKNOWN\n' \
+                "$i" "$host" "$((base + i))" "${CLUSTER_CPUS:-8}" "$(_ue2e_node_gres)"
         done
         printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
         local flags=${CLUSTER_PROLOG_FLAGS:-}
@@ -483,15 +528,49 @@ _ue2e_extra_conf() {
 }
 
 _ue2e_write_gres_conf() {
-    local i m
+    local i m slice p g c t u d=$CLUSTER_DIR/dev
+    if [[ -n ${CLUSTER_MIG:-} && ${CLUSTER_MIG_FAKE_GPUS:-0} == 1 ]]; then
+        _ue2e_write_fake_gpus || return 1
+        printf 'AutoDetect=nvml\n' >"$CLUSTER_DIR/etc/gres.conf"
+        return 0
+    fi
     {
         printf 'AutoDetect=off\n'
         for ((i = 1; i <= ${CLUSTER_NODES:-1}; i++)); do
             for m in ${GPU_MINORS:-3 1 0 2}; do
-                printf 'NodeName=n%d Name=gpu File=%s/dev/nvidia%s\n' "$i" "$CLUSTER_DIR" "$m"
+                printf 'NodeName=n%d Name=gpu%s File=%s/nvidia%s\n' "$i" "${CLUSTER_MIG:+ Type=h200}" "$d" "$m"
+            done
+            for slice in ${CLUSTER_MIG:-}; do
+                IFS=: read -r p g c t _ <<<"$slice"
+                printf 'NodeName=n%d Name=gpu Type=%s MultipleFiles=%s/nvidia%s,%s/nvidia-caps/nvidia-cap%s,%s/nvidia-caps/nvidia-cap%s\n' \
+                    "$i" "$t" "$d" "$p" "$d" "$g" "$d" "$c"
             done
         done
     } >"$CLUSTER_DIR/etc/gres.conf"
+}
+
+# fake_gpus.conf (CLUSTER_MIG_FAKE_GPUS): type|cpus|cpu range|links|files|unique_id|flags,
+# "(null)" for an empty field (slurm's strtok drops empty ones); nvidia_gpu_env
+# makes it set CUDA_VISIBLE_DEVICES. Each file must be a device node:
+# symlinks into dev/ under the sort-order directories a, b, c.
+_ue2e_write_fake_gpus() {
+    local m slice p g c t u d=$CLUSTER_DIR/dev/fake dir
+    {
+        for m in ${GPU_MINORS:-3 1 0 2}; do
+            ln -sf "$CLUSTER_DIR/dev/nvidia$m" "$d/a/nvidia$m" || return 1
+            printf 'h200|8|0-7|(null)|%s/a/nvidia%s|(null)|nvidia_gpu_env\n' "$d" "$m"
+        done
+        for slice in $CLUSTER_MIG; do
+            IFS=: read -r p g c t u <<<"$slice"
+            dir=c
+            [[ $p == 1 ]] && dir=b
+            for m in "nvidia$p" "nvidia-cap$g" "nvidia-cap$c"; do
+                if [[ $m == nvidia-cap* ]]; then ln -sf "$CLUSTER_DIR/dev/nvidia-caps/$m" "$d/$dir/$m"; else ln -sf "$CLUSTER_DIR/dev/$m" "$d/$dir/$m"; fi || return 1
+            done
+            printf '%s|8|0-7|(null)|%s/%s/nvidia%s,%s/%s/nvidia-cap%s,%s/%s/nvidia-cap%s|%s|nvidia_gpu_env\n' \
+                "$t" "$d" "$dir" "$p" "$d" "$dir" "$g" "$d" "$dir" "$c" "$u"
+        done
+    } >"$CLUSTER_DIR/etc/fake_gpus.conf"
 }
 
 _ue2e_write_cgroup_conf() {
