@@ -17,6 +17,7 @@
 #include "common/mps/daemon.hpp"
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
+#include "common/mps/nvidia_checks.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/mps/status.hpp"
 #include "common/slurm/slurm_config.hpp"
@@ -136,6 +137,11 @@ int cmd_start(Context& c, const ParsedArgs& a) {
   if (!a.positional.empty()) selector = a.positional[0];
   auto gpus = discover_gpus(c.runner, c.tools);
   TopologyPlan plan = resolve_topology(selector, getenv_opt("CUDA_VISIBLE_DEVICES"), gpus);
+  {
+    std::vector<std::string> uuids;
+    for (const auto& g : plan.gpus) uuids.push_back(g.uuid);
+    require_gpus_suit_mps(gpus, uuids);  // Prohibited, or a whole GPU with MIG on: refused before anything starts
+  }
   std::vector<std::vector<GpuIdentity>> groups;
   if (plan.topology_mode == TopologyMode::kPerGpu) {
     for (const auto& g : plan.gpus) groups.push_back({g});
@@ -166,7 +172,7 @@ int cmd_start(Context& c, const ParsedArgs& a) {
   std::vector<StartRequest> requests;
   for (const auto& group : groups) {
     StartRequest req = base;
-    req.name = name ? (groups.size() > 1 ? *name + "-" + canonicalize_gpu_uuid(group[0].uuid).substr(0, 8) : *name)
+    req.name = name ? (groups.size() > 1 ? *name + "-" + uuid_tag(group[0].uuid) : *name)
                     : default_daemon_name(group);
     for (const auto& g : group) req.gpu_uuids.push_back(g.uuid);
     requests.push_back(std::move(req));

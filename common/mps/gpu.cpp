@@ -114,7 +114,15 @@ GpuIdentity parse_gpu_row(const std::vector<std::string_view>& fields, const Bad
   if (!parse_int(fields[0], g.index) || g.index < 0) throw bad("index is not a number");
   if (!looks_like_gpu_uuid(fields[1]) || has_prefix_ci(fields[1], "mig-")) throw bad("uuid is not a GPU UUID");
   g.uuid = display_gpu_uuid(fields[1]);
-  g.pci_bus_id = std::string(fields[2]);
+  // domain:bus:device.function; also what tells this query's rows from an
+  // older 7-field one (minor_number third) or a shifted column.
+  const std::string_view bus = fields[2];
+  const size_t colon = bus.find(':'), dot = bus.rfind('.');
+  if (colon == std::string_view::npos || dot == std::string_view::npos || dot < colon ||
+      !std::all_of(bus.begin(), bus.end(), [](unsigned char c) { return std::isxdigit(c) || c == ':' || c == '.'; })) {
+    throw bad("pci.bus_id is not a PCI bus id (domain:bus:device.function)");
+  }
+  g.pci_bus_id = std::string(bus);
   g.compute_mode = std::string(fields[3]);
   g.mig_mode = std::string(fields[4]);
   // A name may itself contain commas: everything after the MIG mode.

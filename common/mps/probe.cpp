@@ -16,6 +16,7 @@
 
 #include "common/mps/errors.hpp"
 #include "common/mps/gpu.hpp"
+#include "common/mps/mig.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/mps/text.hpp"
 #include "common/mps/mps_pid_file.hpp"
@@ -83,6 +84,30 @@ std::optional<std::string> try_uuid(CudaDeviceResolver& devices, const std::opti
   return std::nullopt;
 }
 
+// Best effort, never a failure: the rank's own client settings and, for a
+// MIG learner, its parent GPU.
+void record_client_settings(CudaProcessSharingEvidence& ev, CommandRunner& runner, const ProbeHost& host) {
+  auto set = [](const std::optional<std::string>& v) { return v && !v->empty() ? std::optional<std::string>(printable(*v)) : std::nullopt; };
+  ev.active_thread_percentage = set(host.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+  ev.client_priority = set(host.env("CUDA_MPS_CLIENT_PRIORITY"));
+  if (!ev.learner_gpu_uuid || !has_prefix_ci(*ev.learner_gpu_uuid, "mig-")) return;
+  try {
+    Command cmd;
+    cmd.argv = {host.nvidia_smi, "-L"};
+    cmd.env = tool_environment("/usr/bin:/bin", std::nullopt);
+    cmd.timeout = host.query_timeout;
+    CommandResult r = runner.run(cmd);
+    if (!r.ok()) return;
+    for (const ListedGpu& g : parse_nvidia_smi_list(r.out)) {
+      for (const ListedMig& m : g.migs) {
+        if (same_gpu(m.uuid, *ev.learner_gpu_uuid)) ev.learner_gpu_parent_uuid = g.uuid;
+      }
+    }
+  } catch (const std::exception&) {
+    // Evidence of what was seen; the parent stays unknown (null).
+  }
+}
+
 CudaProcessSharingEvidence record_ambient(const std::string& learner_device,
                                           const std::optional<std::string>& collector_device, int rank, int world_size,
                                           CudaDeviceResolver& devices, CommandRunner& runner, const ProbeHost& host) {
@@ -107,6 +132,7 @@ CudaProcessSharingEvidence record_ambient(const std::string& learner_device,
   } catch (const std::exception&) {
     // Ambient observation never fails closed: what was found stays recorded.
   }
+  record_client_settings(ev, runner, host);
   return ev;
 }
 
@@ -295,6 +321,7 @@ CudaProcessSharingEvidence validate_mps(const std::string& learner_device,
   ev.control_pipe_kind = pipe.kind;
   ev.server_pid = pid;
   ev.ambient_server = false;  // a configured run: the daemon is validated, not ambient
+  record_client_settings(ev, runner, host);
   return ev;
 }
 
@@ -318,6 +345,9 @@ nlohmann::json CudaProcessSharingEvidence::to_json() const {
       {"control_pipe_kind", opt(control_pipe_kind)},
       {"server_pid", opt(server_pid)},
       {"ambient_server", ambient_server},
+      {"active_thread_percentage", opt(active_thread_percentage)},
+      {"client_priority", opt(client_priority)},
+      {"learner_gpu_parent_uuid", opt(learner_gpu_parent_uuid)},
   };
 }
 

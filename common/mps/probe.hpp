@@ -54,6 +54,14 @@ struct CudaProcessSharingEvidence {
   std::optional<std::string> control_pipe_kind;   // socket | fifo | missing | other
   std::optional<pid_t> server_pid;
   bool ambient_server = false;
+  // What this rank's own clients ask MPS for, as its environment says (the
+  // plugin's --unilab-mps-threads=auto share, --unilab-mps-priority, or the
+  // launcher's own): CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, which NVIDIA lets a
+  // client only lower below its server's, and CUDA_MPS_CLIENT_PRIORITY.
+  std::optional<std::string> active_thread_percentage;
+  std::optional<std::string> client_priority;
+  // The learner's GPU is a MIG device: the GPU it is part of (nvidia-smi -L).
+  std::optional<std::string> learner_gpu_parent_uuid;
 
   // The JSON-shaped diagnostics stored in a runtime manifest (every field,
   // unknown ones as null).

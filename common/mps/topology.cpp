@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/mps/errors.hpp"
+#include "common/mps/nvidia_checks.hpp"
 
 namespace unilab::mps {
 
@@ -37,6 +38,8 @@ TopologyPlan resolve_topology(const std::optional<std::string>& selector,
   if (entries.empty()) throw CudaMpsError(fmt::format("selector '{}' names no GPU", plan.selector));
   for (const auto& e : entries) {
     const GpuIdentity& g = find_gpu(e, host_gpus);
+    // CUDA does not list a MIG-enabled GPU, so say why, not "not visible".
+    if (mig_enabled(g)) throw CudaMpsError(fmt::format("GPU {} ({}) {}", e, g.uuid, gpu_refuses_mps(g).value_or("")));
     bool is_visible = false;
     for (const auto& v : visible) is_visible = is_visible || v.uuid == g.uuid;
     if (!is_visible) {
@@ -48,6 +51,14 @@ TopologyPlan resolve_topology(const std::optional<std::string>& selector,
     }
     plan.gpus.push_back(g);
   }
+  if (!per_gpu && plan.gpus.size() > 1) {
+    for (const auto& g : plan.gpus) {
+      if (!g.mig) continue;
+      throw CudaMpsError(fmt::format("selector '{}' puts MIG device {} under one daemon with other GPUs, but NVIDIA runs MPS on "
+                                     "MIG as one daemon per MIG device; use per-gpu:{}",
+                                     plan.selector, g.uuid, sel));
+    }
+  }
   if (plan.gpus.size() == 1 && !per_gpu) {
     plan.topology_mode = TopologyMode::kSingle;
   } else {
@@ -56,10 +67,16 @@ TopologyPlan resolve_topology(const std::optional<std::string>& selector,
   return plan;
 }
 
+std::string uuid_tag(const std::string& uuid) {
+  const std::string token = canonicalize_gpu_uuid(uuid);
+  // A MIG device's token is "mig-" + hex: its tag says so.
+  return token.starts_with("mig-") ? "mig-" + token.substr(4, 8) : token.substr(0, 8);
+}
+
 std::string default_daemon_name(const std::vector<GpuIdentity>& gpus) {
-  if (gpus.size() == 1) return "gpu-" + canonicalize_gpu_uuid(gpus[0].uuid).substr(0, 8);
+  if (gpus.size() == 1) return gpus[0].mig ? uuid_tag(gpus[0].uuid) : "gpu-" + uuid_tag(gpus[0].uuid);
   std::string name = "multi";
-  for (const auto& g : gpus) name += "-" + canonicalize_gpu_uuid(g.uuid).substr(0, 8);
+  for (const auto& g : gpus) name += "-" + uuid_tag(g.uuid);
   return name;
 }
 

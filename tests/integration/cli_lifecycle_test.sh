@@ -6,7 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
-MIN_CHECKS=85
+MIN_CHECKS=95
 
 work=$(mktemp -d /tmp/unilab-cli.XXXXXX)
 chmod 755 "$work"
@@ -212,6 +212,35 @@ check_not "decoy: no record is written" test -e "$work/root-state/decoy.json"
 for _ in $(seq 1 50); do [ -z "$(mps_daemons_under "$work/root-run/decoy/")$(pgrep -x decoy)" ] && break; sleep 0.1; done
 expect_eq "decoy: the launched daemon is ended" "" "$(mps_daemons_under "$work/root-run/decoy/")"
 expect_eq "decoy: so is the decoy (it dies with the daemon)" "" "$(pgrep -x decoy)"
+
+echo "== MIG: a daemon on a MIG device, never on its MIG-enabled GPU (#25)"
+# GPU 1 (GPU-3c8a1d5e, minor 0) cut into two MIG devices; nvidia-smi lists them (-L, the table).
+M0=MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d M1=MIG-2b3c4d5e-6f70-5b8c-9d0e-1f2a3b4c5d6e
+{ cat "$work/stage/fakes/gpus.csv"; printf 'MIG, 1, %s, 3g.71gb, 0, 1, 0\nMIG, 1, %s, 1g.18gb, 1, 5, 0\n' "$M0" "$M1"; } >"$work/stage/fakes/gpus-mig.csv"
+printf 'gpu_table=%s\nsmi_mig_mode.1=Enabled\n' "$work/stage/fakes/gpus-mig.csv" >"$work/stage/fakes/fake.conf"
+chmod 644 "$work/stage/fakes/fake.conf" "$work/stage/fakes/gpus-mig.csv"
+out=$($B start "$M1" 2>&1); rc=$?
+expect_eq "mig: start on a MIG device exits 0 ($out)" 0 "$rc"
+expect_contains "mig: the daemon is named for the MIG device" "$out" "started mig-2b3c4d5e"
+mpid=$(mps_daemons_under "$work/root-run/mig-2b3c4d5e/" | head -n1)
+expect_eq "mig: the daemon's CUDA_VISIBLE_DEVICES is the MIG UUID" "CUDA_VISIBLE_DEVICES=$M1" \
+  "$(tr '\0' '\n' <"/proc/${mpid:-none}/environ" 2>/dev/null | grep '^CUDA_VISIBLE_DEVICES=')"
+st=$($B status 2>&1)
+expect_contains "mig: status names the MIG device and its parent" "$st" "MIG 1g.18gb of GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60 (GPU 1, GPU instance 5, compute instance 0)"
+eval "$($B env mig-2b3c4d5e)"
+client=$("$work/stage/fakes/fake-cuda-client" --hold 0 2>&1)
+expect_contains "mig: a client with the MIG UUID joins the daemon" "$client" "connected to MPS server"
+unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+out=$($B start 1 --name whole 2>&1); rc=$?
+check "mig: the MIG-enabled GPU itself is refused" test "$rc" -ne 0
+expect_contains "mig: ... naming the fix" "$out" "has MIG enabled: MPS runs on its MIG devices, one daemon each"
+out=$($B start "$M0,$M1" --name both 2>&1); rc=$?
+check "mig: one daemon over two MIG devices is refused" test "$rc" -ne 0
+expect_contains "mig: ... naming per-gpu:" "$out" "use per-gpu:$M0,$M1"
+out=$($B stop mig-2b3c4d5e 2>&1); rc=$?
+expect_eq "mig: stop exits 0" 0 "$rc"
+check_gone "mig: the daemon is gone" "$mpid"
+: >"$work/stage/fakes/fake.conf"
 
 echo "== an over-long pipe directory is refused before anything starts"
 long=$work/$(printf 'x%.0s' $(seq 1 120))

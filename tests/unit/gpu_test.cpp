@@ -127,6 +127,9 @@ TEST(ParseNvidiaSmiQuery, GarbageLinesThrowNamingTheLine) {
   EXPECT_THROW(parse_nvidia_smi_query("0, MIG-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
   EXPECT_THROW(parse_nvidia_smi_query("-1, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:85:00.0, Default, Disabled, X\n"), CudaMpsError);
   EXPECT_THROW(parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 0\n"), CudaMpsError);  // too few fields
+  // The older query's rows (minor_number third): the bus column is not a bus id.
+  e = error_of([] { parse_nvidia_smi_query("0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:18:00.0, Default, Disabled, X\n"); });
+  EXPECT_NE(e.find("pci.bus_id is not a PCI bus id"), std::string::npos) << e;
   // The csv header (someone forgot noheader).
   EXPECT_THROW(parse_nvidia_smi_query("index, uuid, minor_number, pci.bus_id, name\n"), CudaMpsError);
 }

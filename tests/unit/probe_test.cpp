@@ -30,8 +30,8 @@ const std::string kGpuA = "GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16";
 const std::string kGpuB = "GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60";
 const std::string kMig = "MIG-11111111-2222-3333-4444-555555555555";
 const std::string kSmiCsv =
-    "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 2, 00000000:18:00.0, Default, Disabled, NVIDIA H200\n"
-    "1, GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60, 0, 00000000:2A:00.0, Default, Disabled, NVIDIA H200\n";
+    "0, GPU-7fdaf0a5-179b-f636-d15d-daf243e3ff16, 00000000:18:00.0, Default, Disabled, NVIDIA H200\n"
+    "1, GPU-3c8a1d5e-94b2-4f7e-8a61-0b2c9d4e5f60, 00000000:2A:00.0, Default, Disabled, NVIDIA H200\n";
 constexpr pid_t kDaemonPid = 4242;
 
 // Scripted runner: nvidia-smi prints `smi_csv` (or fails), the MPS front end
@@ -41,12 +41,16 @@ class FakeRunner final : public CommandRunner {
   bool daemon_answers = true;
   bool smi_fails = false;
   std::string smi_csv = kSmiCsv;
+  std::string smi_list;  // `nvidia-smi -L`
   std::vector<Command> calls;
 
   CommandResult run(const Command& c) override {
     calls.push_back(c);
     CommandResult r;
-    if (c.argv.at(0) == kSmi) {
+    if (c.argv.at(0) == kSmi && c.argv.size() == 2 && c.argv[1] == "-L") {
+      r.exit_code = smi_fails ? 9 : 0;
+      r.out = smi_list;
+    } else if (c.argv.at(0) == kSmi) {
       if (smi_fails) {
         r.exit_code = 9;
         r.out = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n";
@@ -221,6 +225,38 @@ TEST_F(ProbeTest, AllPrerequisitesMetValidates) {
   const Command& q = runner.calls.back();
   EXPECT_EQ(q.stdin_data, "get_server_list\n");
   EXPECT_NE(std::find(q.env.begin(), q.env.end(), "CUDA_MPS_PIPE_DIRECTORY=" + pipe), q.env.end());
+}
+
+TEST_F(ProbeTest, TheEvidenceRecordsTheShareAndPriorityThisRankSaw) {
+  auto ev = probe();
+  EXPECT_FALSE(ev.active_thread_percentage.has_value());
+  EXPECT_FALSE(ev.client_priority.has_value());
+  // --unilab-mps-threads=auto gave this rank 33, --unilab-mps-priority=below-normal 1.
+  env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "33";
+  env["CUDA_MPS_CLIENT_PRIORITY"] = "1";
+  ev = probe();
+  EXPECT_EQ(ev.active_thread_percentage, "33");
+  EXPECT_EQ(ev.client_priority, "1");
+  EXPECT_EQ(ev.to_json().at("active_thread_percentage"), "33");
+  // Unconfigured runs record them too.
+  EXPECT_EQ(probe(std::nullopt).active_thread_percentage, "33");
+  EXPECT_FALSE(ev.learner_gpu_parent_uuid.has_value());  // a whole GPU
+}
+
+TEST_F(ProbeTest, AMigLearnerNamesItsParentGpu) {
+  const std::string mig = "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c5d";
+  devices.uuids = {{"cuda", mig}, {"cuda:0", mig}};
+  proc.environ[{kDaemonPid, "CUDA_VISIBLE_DEVICES"}] = mig;
+  runner.smi_list = std::string("GPU 0: NVIDIA H200 (UUID: ") + kGpuA + ")\n  MIG 1g.18gb     Device  0: (UUID: " + mig + ")\n";
+  auto ev = probe();
+  EXPECT_TRUE(ev.validated);
+  EXPECT_EQ(ev.learner_gpu_uuid, mig);
+  EXPECT_EQ(ev.learner_gpu_parent_uuid, kGpuA);
+  // nvidia-smi failing costs the parent, never the probe.
+  runner.smi_fails = true;
+  ev = probe();
+  EXPECT_TRUE(ev.validated);
+  EXPECT_FALSE(ev.learner_gpu_parent_uuid.has_value());
 }
 
 TEST_F(ProbeTest, RankWithinWorldAndPlainCudaDevice) {
@@ -528,10 +564,11 @@ TEST_F(ProbeTest, NullNeverThrows) {
 TEST(EvidenceJson, UnknownFactsAreNull) {
   CudaProcessSharingEvidence ev;
   nlohmann::json j = ev.to_json();
-  EXPECT_EQ(j.size(), 15u);
+  EXPECT_EQ(j.size(), 18u);
   for (const char* k : {"configured", "effective", "learner_device", "collector_device", "learner_gpu_uuid",
                         "collector_gpu_uuid", "pipe_directory_env", "pipe_directory", "control_pipe",
-                        "control_pipe_kind", "server_pid"}) {
+                        "control_pipe_kind", "server_pid", "active_thread_percentage", "client_priority",
+                        "learner_gpu_parent_uuid"}) {
     EXPECT_TRUE(j.at(k).is_null()) << k;
   }
   EXPECT_EQ(j.at("validated"), false);

@@ -95,6 +95,27 @@ TEST(ResolveTopology, PlanJsonCarriesModeAndGpus) {
   EXPECT_EQ(j["gpus"][1]["uuid"], test::kUuid1);
 }
 
+TEST(ResolveTopology, MigDevicesAreGpusOneDaemonEach) {
+  const auto gpus = test::mig_gpus();
+  auto one = resolve_topology(test::kMig1, std::nullopt, gpus);
+  EXPECT_EQ(one.topology_mode, TopologyMode::kSingle);
+  EXPECT_EQ(one.gpus[0].uuid, test::kMig1);
+  EXPECT_EQ(default_daemon_name(one.gpus), "mig-2b3c4d5e");
+  auto per = resolve_topology("per-gpu:" + test::kMig0 + "," + test::kMig1, std::nullopt, gpus);
+  EXPECT_EQ(per.topology_mode, TopologyMode::kPerGpu);
+  EXPECT_EQ(per.gpus.size(), 2u);
+  std::string e = error_of([&] { resolve_topology(test::kMig0 + "," + test::kMig1, std::nullopt, gpus); });
+  EXPECT_NE(e.find("one daemon per MIG device; use per-gpu:"), std::string::npos) << e;
+  e = error_of([&] { resolve_topology(std::string("0,") + test::kMig1, std::nullopt, gpus); });
+  EXPECT_NE(e.find("one daemon per MIG device"), std::string::npos) << e;
+  // The MIG-enabled GPU itself: why it cannot serve, not "not visible".
+  e = error_of([&] { resolve_topology(std::string("1"), std::nullopt, gpus); });
+  EXPECT_NE(e.find("has MIG enabled: MPS runs on its MIG devices"), std::string::npos) << e;
+  // A mask of MIG UUIDs (a Slurm MIG task's) makes them the visible GPUs.
+  auto masked = resolve_topology(std::nullopt, test::kMig0, gpus);
+  EXPECT_EQ(masked.gpus[0].uuid, test::kMig0);
+}
+
 TEST(DefaultDaemonName, UsesTheFirstEightHexDigits) {
   auto gpus = four_gpus();
   EXPECT_EQ(default_daemon_name({gpus[0]}), "gpu-7fdaf0a5");
