@@ -254,6 +254,51 @@ runner_fork_note() {
   printf ' Measured back to back on a loaded machine (its fake tools ran about 3x slower than in this run; docs/bench-runner-fork.csv), an 8-daemon prolog took %s with clone for every tool and with fork for the user'"'"'s: about 2 ms per daemon.' "$line"
 }
 
+# The real GPU: docs/gpu-check-results.json, the gpu-results.json of the last
+# tests/gpu/run_gpu_check.sh on a real GPU (its report: docs/GPU-CHECK.md).
+GPU_RESULTS=${GPU_RESULTS:-$(dirname "$0")/../docs/gpu-check-results.json}
+real_gpu_note() {
+  if [ -f "$GPU_RESULTS" ]; then
+    printf '**Real GPU**: section [Real GPU](#real-gpu), from its own run (`tests/gpu/run_gpu_check.sh`).\n'
+  else
+    printf '**Real GPU numbers are pending a GPU machine**: this run had none. The script\nthat produces them is ready: see [Real GPU](#real-gpu).\n'
+  fi
+}
+real_gpu_section() {
+  printf '## Real GPU\n\n'
+  if [ ! -f "$GPU_RESULTS" ]; then
+    printf 'No real-GPU run yet: `tests/gpu/run_gpu_check.sh` (see `tests/gpu/README.md`) is ready for a\n'
+    printf 'machine with one NVIDIA GPU, CUDA and PyTorch; put its `gpu-results.json` at\n'
+    printf '`docs/gpu-check-results.json` and its `gpu-report.md` at `docs/GPU-CHECK.md`.\n'
+    return
+  fi
+  python3 - "$GPU_RESULTS" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+m = d.get("machine", {})
+print("`tests/gpu/run_gpu_check.sh` on %s (%s; driver tools %s), %s: %d checks ok, %d failed,"
+      % (m.get("uname", "?"), m.get("date", "?"), m.get("nvidia_smi", "?"), m.get("python", "?"), d.get("ok", 0), d.get("failed", 0)))
+print("every fact in [GPU-CHECK.md](GPU-CHECK.md). What MPS is for, measured there: one and two processes,")
+print("each replaying a CUDA graph of tiny kernels for a fixed time from a common start, with every")
+print("kernel verified through the tensor's value; aggregate kernels/s, median of the runs.")
+print()
+print("| processes | MPS | kernels/s | runs | every kernel verified |")
+print("|---:|---|---:|---:|---|")
+for key in ("nomps-1", "nomps-2", "mps-1", "mps-2"):
+    r = d.get("throughput", {}).get(key)
+    if not r:
+        continue
+    ok = {True: "yes", False: "no", None: "not checked"}[r.get("value_checks_ok")]
+    print("| %d | %s | %.0f | %d | %s |" % (r["procs"], "yes" if r["mps"] else "no (time slicing)", r["median_kernels_per_s"], r["runs"], ok))
+ratio = d.get("mps_vs_time_slicing_2_procs")
+if ratio:
+    print()
+    print("Two processes under one MPS daemon: **%.2fx** the aggregate throughput of the same two" % ratio)
+    print("processes time-sliced. One run each (the device time of a check is short); the figure is")
+    print("an order of magnitude, not a benchmark of the GPU.")
+PYEOF
+}
+
 build_time_section() {
   local times=${csv%/*}/build-times.csv units=${csv%/*}/build-times-units.csv
   [ -f "$times" ] || return 0
@@ -328,8 +373,7 @@ commit \`${META[commit]:-?}\`. Every figure is the **median** of its repeated ru
 in the same run). Growth is a least-squares line through the medians.
 $( [ -n "${META[cluster_rows_from]:-}" ] && printf '\n**Sections 1 and 2 and the cluster columns of section 5 come from an earlier run** (%s): this run measured the helpers directly only.\n' "${META[cluster_rows_from]}")
 
-**Real GPU numbers are pending a GPU machine**: this run had none. The script
-that produces them is ready: see [Real GPU](#real-gpu-pending).
+$(real_gpu_note)
 
 ## Headline
 
@@ -597,23 +641,7 @@ every daemon taking 300 ms to answer (\`mps_start_delay_ms=300\`); rounds in the
 
 $(concurrent_section)
 
-## Real GPU (pending)
-
-No GPU machine was available for this run, so there are **no real-GPU numbers
-yet**. \`tests/gpu/run_gpu_check.sh\` (see \`tests/gpu/README.md\`) is ready for a
-machine with one NVIDIA GPU, CUDA and PyTorch and no Slurm: it builds the
-project (bundled headers, or the binaries built here), starts a real daemon
-with \`unilab-mps start\`, checks \`status\`, \`env\` and the record against the real
-\`nvidia-cuda-mps-control\` and its pipe directory, runs a PyTorch client under
-it and sees it in \`get_server_list\`/\`get_client_list\`, runs \`unilab-mps probe
---requested mps\`, stops the daemon and proves nothing is left, then measures
-what MPS is for: two processes launching many small kernels at once,
-aggregate throughput with the daemon against time slicing without it. Its
-\`--dry-run\` runs the same flow against the fakes on any machine: it checks
-unilab-mps's own steps (start, record against \`/proc\`, env, probe, stop, nothing
-left); what only real MPS/CUDA can show (the MPS facts, kernel results, compute
-mode) is reported "not-checked" there, never ok. Results land in its output directory as
-\`gpu-results.json\` and \`gpu-report.md\`; copy the table here when you have them.
+$(real_gpu_section)
 
 $(build_time_section)
 

@@ -11,8 +11,9 @@ namespace unilab::mps::cli {
 const std::vector<CommandSpec>& command_table() {
   static const std::vector<CommandSpec> table = {
       {"start", "[SELECTOR]", "Start a user-owned MPS control daemon and record its identity",
-       "SELECTOR: none = the sole visible GPU; N, GPU-UUID or a unique UUID prefix = single_gpu; A,B = one daemon over "
-       "several GPUs; per-gpu:A,B = one daemon per GPU. Pipe and log dirs default to $XDG_RUNTIME_DIR/unilab-mps/NAME or "
+       "SELECTOR: none = the sole visible GPU; N, GPU-UUID or a unique UUID prefix = single_gpu; a MIG-UUID (nvidia-smi -L) "
+       "= a MIG device, one daemon per MIG device as NVIDIA runs MPS on MIG; A,B = one daemon over several whole GPUs; "
+       "per-gpu:A,B = one daemon per GPU or MIG device. Pipe and log dirs default to $XDG_RUNTIME_DIR/unilab-mps/NAME or "
        "/tmp/unilab-mps-UID/NAME (0700). The limits are checked and sent exactly as the Slurm plugin's "
        "--unilab-mps-threads/--unilab-mps-mem.",
        {{"--name", "NAME", "daemon name: letters, digits, '.', '_', '-', not starting with '.' (default: from the GPU UUID)",
@@ -20,9 +21,9 @@ const std::vector<CommandSpec>& command_table() {
         {"--pipe-dir", "DIR", "the daemon's pipe directory (absolute; one daemon only)", absolute_path_value},
         {"--log-dir", "DIR", "the daemon's log directory (absolute; one daemon only)", absolute_path_value},
         {"--timeout", "SEC", "seconds the daemon has to answer, in (0, 3600] (default 10)", seconds_value},
-        {"--threads", "PCT", "set_default_active_thread_percentage, in (0, 100]", thread_percentage_value},
+        {"--threads", "PCT", "set_default_active_thread_percentage, in (0, 100]; per daemon: a client can only lower its own", thread_percentage_value},
         {"--mem", "SIZE", "set_default_device_pinned_mem_limit per GPU: an integer with K, M, G or T (e.g. 8G); sent in "
-                          "whole MiB (8G -> 8192M)", mem_limit_value},
+                          "whole MiB (8G -> 8192M); per daemon: a client can only lower its own", mem_limit_value},
         {"--foreground", "", "run the daemon until it ends, then remove the directories this call created"}},
        1, cmd_start},
       {"env", "[NAME | --gpu UUID]", "Print `export` lines for eval in the shell that launches your program",

@@ -19,19 +19,21 @@ char kOptMpsUsage[] =
     "or multi (one daemon for all of the job's GPUs on a node).";
 char kOptThreads[] = "unilab-mps-threads";
 char kOptThreadsArg[] = "PCT";
-char kOptThreadsUsage[] = "With --unilab-mps: MPS default active thread percentage (0-100] for the job's daemons (a default for the "
-    "job's own clients, which the job can change; not a limit between users), or auto: each task's clients get 100 over the "
-    "tasks sharing its GPU on the node (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, at most the site's max_threads).";
+char kOptThreadsUsage[] = "With --unilab-mps: MPS default active thread percentage (0-100] for the job's daemons, per daemon: "
+    "MPS enforces it on every client, a client can only lower its own share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) and the job's "
+    "owner can change the daemon's default (not a limit between users); or auto: each task's clients get 100 over the tasks "
+    "sharing its GPU on the node (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, per client, at most the site's max_threads).";
 char kOptMem[] = "unilab-mps-mem";
 char kOptMemArg[] = "SIZE";
-char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G; a default the job can change, "
-    "not a limit between users).";
+char kOptMemUsage[] = "With --unilab-mps: MPS default pinned device memory limit per GPU (e.g. 8G), per daemon: MPS enforces it "
+    "on every client, a client can only lower its own (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) and the job's owner can change the "
+    "daemon's default (not a limit between users).";
 
 char kOptPriority[] = "unilab-mps-priority";
 char kOptPriorityArg[] = "LEVEL";
 char kOptPriorityUsage[] = "With --unilab-mps: CUDA_MPS_CLIENT_PRIORITY of the job's tasks, 0 (normal, the default) or 1 "
-    "(below-normal): the scheduling priority of their work against other clients of the same daemon (a task can set its "
-    "own, it orders only the job's own clients).";
+    "(below-normal), per client: a hint to the driver for their work against other clients of the same daemon, not a "
+    "guarantee (NVIDIA); a task can set its own, and it orders only the job's own clients.";
 
 // The option callbacks validate the values at submit (a bad one fails
 // srun/sbatch there); the job's prolog and tasks read them again from the

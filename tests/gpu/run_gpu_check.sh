@@ -732,9 +732,32 @@ smi -q -x >"$OUT/nvidia-smi-q.xml" 2>&1
 fact mig.mode "MIG mode of GPU $GPU (current, pending)" "-" "$(smi --query-gpu=mig.mode.current,mig.mode.pending --format=csv,noheader -i "$GPU" 2>&1)" info
 if grep -q "MIG " "$OUT/nvidia-smi-L.txt"; then
   mps_fact mig.L "nvidia-smi -L MIG line" "  MIG <profile>  Device  N: (UUID: MIG-...)" "$(grep -m1 'MIG ' "$OUT/nvidia-smi-L.txt")" \
-    "$(grep -qE '^  MIG [0-9]+g\.[0-9]+gb +Device +[0-9]+: \(UUID: MIG-[0-9a-f-]{36}\)$' "$OUT/nvidia-smi-L.txt" && echo 1 || echo 0)"
+    "$(grep -qE '^  MIG [0-9a-z.]+ +Device +[0-9]+: \(UUID: MIG-[0-9a-f-]{36}\)$' "$OUT/nvidia-smi-L.txt" && echo 1 || echo 0)"
+  smi >"$OUT/nvidia-smi-table.txt" 2>&1
+  mps_fact mig.table "the table's 'MIG devices' block has a 'GPU GI CI MIG-Dev' row per MIG device" \
+    "$(grep -c 'MIG ' "$OUT/nvidia-smi-L.txt") rows" "$(grep -cE '^\| +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +\|' "$OUT/nvidia-smi-table.txt") rows" \
+    "$([ "$(grep -c 'MIG ' "$OUT/nvidia-smi-L.txt")" = "$(grep -cE '^\| +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +\|' "$OUT/nvidia-smi-table.txt")" ] && echo 1 || echo 0)"
+  # A daemon on the first MIG device (never on the MIG-enabled GPU itself).
+  MIGU=$(grep -m1 -oE 'MIG-[0-9a-f-]{36}' "$OUT/nvidia-smi-L.txt")
+  if "$UM" start "$MIGU" --name mig --json >"$OUT/start-mig.json" 2>"$OUT/start-mig.err"; then
+    check mig.daemon.cvd "the MIG daemon's CUDA_VISIBLE_DEVICES is the MIG UUID" "$MIGU" \
+      "$(tr '\0' '\n' <"/proc/$(jget "$OUT/start-mig.json" 'd["daemons"][0]["pid"]')/environ" 2>/dev/null | sed -n 's/^CUDA_VISIBLE_DEVICES=//p')"
+    eval "$("$UM" env mig)"
+    export CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    rm -f "$WORK/mig.json"
+    timeout 120 python3 "$here/mps_client.py" --hold 0 --ready "$WORK/mig.json" \
+      --probe "$UM" probe --requested mps --learner-device cuda:0 --collector-device cuda:0 --backend torch --json >"$OUT/mig-client.out" 2>&1
+    check mig.client "a CUDA client on the MIG device under its daemon" 0 "$?"
+    cp "$WORK/mig.json" "$OUT/mig-client.json" 2>/dev/null
+    fact mig.probe "probe: the MIG learner's parent GPU" "-" "$(jget "$WORK/mig.json" 'json.loads(d["probe"]["stdout"]).get("learner_gpu_parent_uuid")' 2>/dev/null)" info
+    unset CUDA_VISIBLE_DEVICES CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    "$UM" stop mig --json >"$OUT/stop-mig.json" 2>>"$OUT/run.log"
+    check mig.stop "stop the MIG daemon" quit "$(jget "$OUT/stop-mig.json" 'd["outcome"]')"
+  else
+    fact mig.start "a daemon on MIG device $MIGU" "starts" "$(head -n2 "$OUT/start-mig.err")" fail
+  fi
 else
-  fact mig.L "MIG devices on this machine" "-" "none (MIG is off: the MIG section of the plugin is checked by the fakes only)" not-checked
+  fact mig.L "MIG devices on this machine" "-" "none (MIG is off here, and this check never changes the MIG layout: the MIG daemon is checked by the fakes and the Slurm e2e only)" not-checked
 fi
 
 # ---------------------------------------------------------------- 10. the MPS binaries' own words
