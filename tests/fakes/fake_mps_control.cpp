@@ -48,6 +48,8 @@ constexpr const char* kDaemonTool = "mps-daemon";  // call-log name of the daemo
 constexpr const char* kNoDaemon = "Cannot find MPS control daemon process";
 constexpr const char* kAlreadyRunning = "An instance of this daemon is already running";
 constexpr const char* kNoGpus = "No CUDA GPUs are available";
+// A server that met a fatal exception (mps_server_fault=legacy) exits with 1.
+constexpr int kServerFatalExit = 1;
 
 struct Paths {
   std::string pipe_dir;
@@ -287,6 +289,28 @@ class Daemon {
   }
 
   // `[2026-11-29 23:00:00.123 Control 12345] message`, like the real log.
+  // A line of server.log in the real server's format ("[... Server PID] ..."),
+  // for the server `pid` (written by the daemon on its behalf).
+  void server_log(pid_t pid, const std::string& message) {
+    const int fd = ::open(paths_.server_log().c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    const std::string line = stamped("Server", pid) + message + "\n";
+    (void)!::write(fd, line.data(), line.size());
+    ::close(fd);
+  }
+
+  static std::string stamped(const char* who, pid_t pid) {
+    timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    tm local{};
+    ::localtime_r(&ts.tv_sec, &local);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &local);
+    char prefix[96];
+    std::snprintf(prefix, sizeof prefix, "[%s.%03ld %s %ld] ", stamp, ts.tv_nsec / 1000000L, who, static_cast<long>(pid));
+    return prefix;
+  }
+
   void log(const std::string& message) {
     timespec ts{};
     ::clock_gettime(CLOCK_REALTIME, &ts);
@@ -417,6 +441,10 @@ class Daemon {
     consider(die_at_);
     consider(pid_file_at_);
     if (quitting_) consider(quit_deadline_);
+    // The fault knobs act on servers at their age: wake for them.
+    if (!servers_.empty() && (cfg_.get_ms("mps_server_fault_after_ms") > 0 || cfg_.get_ms("mps_server_die_after_ms") > 0)) {
+      consider(SteadyClock::now() + std::chrono::milliseconds(50));
+    }
     if (!next) return -1;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - SteadyClock::now()).count();
     return ms <= 0 ? 0 : static_cast<int>(std::min<long long>(ms + 1, 60000));
@@ -480,10 +508,16 @@ class Daemon {
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
       if (servers_.erase(pid)) {
-        log("Server " + std::to_string(pid) + " exited");
+        // As driver 580's daemon says it, a server killed by a signal included
+        // ("exited with status 0" after a SIGKILL, seen on an H200).
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+        if (code == kServerFatalExit) log("Server encountered a fatal exception. Shutting down");
+        log("Server " + std::to_string(pid) + " exited with status " + std::to_string(code));
+        faulted_.erase(pid);
         drop_clients_of(pid);
       }
     }
+    fault_servers();
   }
 
   void accept_all() {
@@ -524,8 +558,8 @@ class Daemon {
     fake::send_all(fd, reply.text);
     if (reply.hold) {
       clients_[fd] = *reply.hold;
-      log("Client " + std::to_string(reply.hold->client_pid) + " connected to server " +
-          std::to_string(reply.hold->server_pid));
+      log("NEW CLIENT " + std::to_string(reply.hold->client_pid) + " from user " + std::to_string(peer) +
+          ": Server already exists");
     }
     if (reply.quit) {
       if (cfg_.flag("mps_ignore_quit")) {
@@ -584,6 +618,12 @@ class Daemon {
       const pid_t pid = server_for(*uid);
       if (pid < 0) return say("Failed to start server\n");
       return say(std::to_string(pid) + "\n");
+    }
+    if (cmd == "get_server_status") {
+      if (w.size() < 2) return say("A server PID is required\n");
+      const auto pid = fake::parse_uint<pid_t>(w[1]);
+      if (!pid || !servers_.count(*pid)) return say("Server " + w[1] + " not found\n");
+      return say(faulted_.count(*pid) ? "FAULT\n" : "ACTIVE\n");
     }
     if (cmd == "get_client_list") {
       const auto server = w.size() == 2 ? fake::parse_uint<pid_t>(w[1]) : std::nullopt;
@@ -652,6 +692,8 @@ class Daemon {
     }
     const pid_t server = server_for(::getuid());
     if (server < 0) return say("ERR MPS server failed to start\n");
+    // NVIDIA: a server in FAULT refuses new clients until its clients exit.
+    if (faulted_.count(server)) return say("ERR MPS server is not ready to accept new MPS client requests\n");
     return Reply{"OK " + std::to_string(server) + " " + devices + "\n", Client{*client, server}, false, std::nullopt};
   }
 
@@ -691,6 +733,40 @@ class Daemon {
     return say(text);
   }
 
+  // The fault knobs, checked every loop turn: a server N ms after its start
+  //  - mps_server_fault_after_ms=N, mps_server_fault=legacy (default): the
+  //    pre-Volta way, "Server encountered a fatal exception. Shutting down",
+  //    the server exits with status 1 and its clients lose it;
+  //  - mps_server_fault=volta: server.log's "Volta MPS: Server is handling a
+  //    fatal GPU error.", its clients' connections are cut (they get the
+  //    fatal error), the server answers FAULT and refuses new clients until
+  //    its clients are gone, then is ACTIVE again;
+  //  - mps_server_die_after_ms=N: the server is SIGKILLed from outside.
+  void fault_servers() {
+    const auto now = SteadyClock::now();
+    const auto fault_ms = cfg_.get_ms("mps_server_fault_after_ms");
+    const auto die_ms = cfg_.get_ms("mps_server_die_after_ms");
+    for (const auto& [pid, uid] : servers_) {
+      const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - server_started_[pid]).count();
+      if (die_ms > 0 && age >= die_ms && !killed_.count(pid)) {
+        killed_.insert(pid);
+        ::kill(pid, SIGKILL);
+      }
+      if (fault_ms <= 0 || age < fault_ms || handled_.count(pid)) continue;
+      handled_.insert(pid);
+      if (cfg_.get("mps_server_fault").value_or("legacy") == "volta") {
+        server_log(pid, "Volta MPS: Server is handling a fatal GPU error.");
+        faulted_.insert(pid);
+        drop_clients_of(pid);
+        faulted_.erase(pid);  // no client left: ACTIVE again, as NVIDIA documents
+        if (cfg_.flag("mps_server_fault_sticky")) faulted_.insert(pid);
+      } else {
+        ::kill(pid, SIGUSR1);  // the server exits with kServerFatalExit
+      }
+    }
+  }
+  std::set<pid_t> handled_, killed_;
+
   // ---- fake MPS servers ---------------------------------------------------------
 
   pid_t server_for(uid_t uid) {
@@ -701,7 +777,11 @@ class Daemon {
     if (pid < 0) return -1;
     if (pid == 0) server_main();
     servers_[pid] = uid;
-    log("Server " + std::to_string(pid) + " started for uid " + std::to_string(uid));
+    server_started_[pid] = SteadyClock::now();
+    // The real daemon's words (driver 580, MPS binary 13000).
+    log("Starting new server " + std::to_string(pid) + " for user " + std::to_string(uid));
+    server_log(pid, "Server has started");
+    log("NEW SERVER " + std::to_string(pid) + ": Ready");
     return pid;
   }
 
@@ -716,6 +796,7 @@ class Daemon {
     }
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGUSR1, [](int) { ::_exit(kServerFatalExit); });  // mps_server_fault (legacy)
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -775,6 +856,8 @@ class Daemon {
   double thread_percentage_ = 100.0;
   std::map<std::string, std::string> pinned_limits_;  // device -> value as given
   std::map<pid_t, uid_t> servers_;                    // server pid -> uid
+  std::map<pid_t, SteadyClock::time_point> server_started_;
+  std::set<pid_t> faulted_;                           // servers in FAULT (mps_server_fault=volta)
   std::map<int, Pending> pending_;                    // fd -> partial command
   std::map<int, Client> clients_;                     // fd -> held client
 };

@@ -305,7 +305,13 @@ expect_eq "server is a child of the daemon" "$DPID" "$(awk '{print $4}' "/proc/$
 ctl "start_server -uid 4242" get_server_list "get_client_list $SPID"
 expect_eq "start_server again reuses it; listed; no clients" "$SPID
 $SPID" "$OUT"
-expect_has "control.log: server start" "Server $SPID started for uid 4242" "$(cat "$LOGD/control.log")"
+expect_has "control.log: server start, as driver 580 words it" "Starting new server $SPID for user 4242" "$(cat "$LOGD/control.log")"
+expect_has "control.log: server ready" "NEW SERVER $SPID: Ready" "$(cat "$LOGD/control.log")"
+expect_has "server.log: server has started, in its own prefix" "Server $SPID] Server has started" "$(cat "$LOGD/server.log")"
+ctl "get_server_status $SPID" "get_server_status" "get_server_status 999999999"
+expect_eq "get_server_status: ACTIVE; pid required; unknown pid" "ACTIVE
+A server PID is required
+Server 999999999 not found" "$OUT"
 expect_has "control.log: command with peer uid" "Cmd: start_server -uid 4242 (uid=$(id -u))" "$(cat "$LOGD/control.log")"
 ctl "start_server -uid x"
 expect_eq "start_server bad uid" "Invalid input" "$OUT"
@@ -322,6 +328,8 @@ ctl "start_server -uid 2"
 SPID=$OUT
 kill -KILL "$SPID"
 check "a server killed from outside is reaped and dropped" wait_for test ! -e "/proc/$SPID"
+check "control.log: a SIGKILLed server 'exited with status 0' (as driver 580 says)" \
+  wait_for grep -q "Server $SPID exited with status 0" "$LOGD/control.log"
 ctl get_server_list
 expect_eq "dead server not listed" "" "$OUT"
 check "no zombie children" test -z "$(ps --ppid "$DPID" -o stat= | grep Z)"
@@ -338,8 +346,9 @@ expect_has "client: names the pipe directory it used" "pipe=$PIPE" "$(cat "$WORK
 ctl get_server_list "get_client_list $SPID"
 expect_eq "while connected: server listed, client listed" "$SPID
 $CPID" "$OUT"
-expect_eq "server started for the daemon's uid" "Server $SPID started for uid $(id -u)" \
-  "$(grep -o "Server $SPID started for uid [0-9]*" "$LOGD/control.log")"
+expect_eq "server started for the daemon's uid" "Starting new server $SPID for user $(id -u)" \
+  "$(grep -o "Starting new server $SPID for user [0-9]*" "$LOGD/control.log")"
+expect_has "control.log: the client's connection" "NEW CLIENT $CPID from user $(id -u): Server already exists" "$(cat "$LOGD/control.log")"
 wait "$CPID"; rc=$?
 expect_eq "client exits 0 after hold" 0 "$rc"
 ctl "get_client_list $SPID" get_server_list
@@ -501,6 +510,49 @@ check "mps_die_after_ms: its server dies too" wait_for dead "$SPID"
 expect_lacks "mps_die_after_ms: no Exit logged" "] Exit" "$(cat "$LOGD/control.log")"
 ctl get_server_list
 expect_eq "mps_die_after_ms: front end cannot find daemon" "1 Cannot find MPS control daemon process" "$RC $OUT"
+
+use_dirs fault
+conf mps_server_fault_after_ms=1500
+start_daemon; wait_for socket_up
+"$CLIENT" --hold 30 >"$WORK/f1.out" 2>&1 &
+CPID=$!; BG_PIDS+=("$CPID")
+wait_for grep -q connected "$WORK/f1.out"
+SPID=$(sed -n 's/^client [0-9]* connected to MPS server \([0-9]*\)$/\1/p' "$WORK/f1.out")
+check "mps_server_fault (legacy): the server shuts down" wait_for dead "$SPID"
+check "... its client loses it" wait_for dead "$CPID"
+expect_has "... control.log: fatal exception" "] Server encountered a fatal exception. Shutting down" "$(cat "$LOGD/control.log")"
+expect_has "... control.log: exit status 1" "] Server $SPID exited with status 1" "$(cat "$LOGD/control.log")"
+check "... the daemon lives on" alive "$DPID"
+ctl quit; wait_for dead "$DPID"
+
+use_dirs voltafault
+conf mps_server_fault_after_ms=1500 mps_server_fault=volta mps_server_fault_sticky=1
+start_daemon; wait_for socket_up
+"$CLIENT" --hold 30 >"$WORK/f2.out" 2>&1 &
+CPID=$!; BG_PIDS+=("$CPID")
+wait_for grep -q connected "$WORK/f2.out"
+SPID=$(sed -n 's/^client [0-9]* connected to MPS server \([0-9]*\)$/\1/p' "$WORK/f2.out")
+check "mps_server_fault=volta: server.log says it handles a fatal GPU error" \
+  wait_for grep -q "Server $SPID\] Volta MPS: Server is handling a fatal GPU error." "$LOGD/server.log"
+check "... its client loses it" wait_for dead "$CPID"
+check "... the server stays" alive "$SPID"
+ctl "get_server_status $SPID"
+expect_eq "... get_server_status: FAULT" "FAULT" "$OUT"
+out=$("$CLIENT" --hold 0 2>&1); rc=$?
+expect_eq "... a new client is refused" 1 "$rc"
+expect_has "... with the server-not-ready error" "not ready" "$out"
+ctl quit; wait_for dead "$DPID"
+
+use_dirs serverdie
+conf mps_server_die_after_ms=1000
+start_daemon; wait_for socket_up
+ctl "start_server -uid 0"
+SPID=$OUT
+check "mps_server_die_after_ms: the server is killed" wait_for dead "$SPID"
+check "... control.log: exited with status 0" wait_for grep -q "] Server $SPID exited with status 0" "$LOGD/control.log"
+expect_lacks "... no fatal exception logged" "fatal exception" "$(cat "$LOGD/control.log")"
+check "... the daemon lives on" alive "$DPID"
+ctl quit; wait_for dead "$DPID"
 
 use_dirs latency
 conf mps_latency_ms=400
