@@ -268,7 +268,7 @@ if [ -z "$UM" ]; then
   UM=$BUNDLE/bin/unilab-mps
   [ -x "$UM" ] || { log "no unilab-mps: the build failed and tests/gpu/bundle/bin is missing (run tests/gpu/prepare.sh)"; exit 1; }
   "$UM" --help >/dev/null 2>&1 || { fact prebuilt "prebuilt unilab-mps runs here" "runs" "$("$UM" --help 2>&1 | head -n2)" fail; exit 1; }
-  fact prebuilt "using the binaries built by prepare.sh ($(sed -n 's/^glibc_needed=//p' "$BUNDLE/MANIFEST") glibc needed)" "-" "$UM" info
+  fact prebuilt "using the binaries built by prepare.sh ($(sed -n 's/^glibc_needed=//p' "$BUNDLE/MANIFEST") glibc needed)" "-" "tests/gpu/bundle/bin/unilab-mps" info
 fi
 export UNILAB_MPS_NVIDIA_SMI=$NVSMI UNILAB_MPS_CONTROL=$MPSCTL
 # The CLI's --driver-dir: the tools then run with DIR/bin in PATH and DIR/lib64 in LD_LIBRARY_PATH.
