@@ -8,7 +8,10 @@
 
 namespace unilab::mps::cli {
 
-const std::vector<CommandSpec>& command_table() {
+namespace {
+
+// The daemon's life: start it, use it, look at it, stop it.
+const std::vector<CommandSpec>& daemon_commands() {
   static const std::vector<CommandSpec> table = {
       {"start", "[SELECTOR]", "Start a user-owned MPS control daemon and record its identity",
        "SELECTOR: none = the sole visible GPU; N, GPU-UUID or a unique UUID prefix = single_gpu; a MIG-UUID (nvidia-smi -L) "
@@ -50,6 +53,14 @@ const std::vector<CommandSpec>& command_table() {
        {{"--all", "", "every daemon recorded for you on this host"},
         {"--timeout", "SEC", "seconds for quit -> SIGTERM -> SIGKILL, in (0, 3600] (default 10)", seconds_value}},
        1, cmd_stop},
+  };
+  return table;
+}
+
+// The node's commands: checks, the probe, and what an admin reads of the
+// jobs' MPS (history, metrics).
+const std::vector<CommandSpec>& node_commands() {
+  static const std::vector<CommandSpec> table = {
       {"doctor", "[SELECTOR] | doctor --node [--node-name NAME] [--slurm-conf FILE]",
        "Check, without changing anything, that this host (or, with --node, this Slurm node) is ready",
        "Host: nvidia-smi works, the selector resolves, the MPS control binary is executable, records are sound and no "
@@ -58,7 +69,8 @@ const std::vector<CommandSpec>& command_table() {
        "included; include lines and plugstack.conf.d followed) "
        "and its arguments parse; slurmd was restarted after the plugin and plugstack.conf last changed; the state and run "
        "directories are root-owned and safe; the nvidia_smi and mps_control of the plugin's arguments are executable; "
-       "every GPU maps Slurm GRES index -> gres.conf device -> minor -> nvidia-smi index -> UUID (table printed); no daemon "
+       "every GPU maps Slurm GRES index -> gres.conf device -> minor -> the driver's GPU -> UUID (table printed; MIG slices "
+       "with their parent); the history journal is root's and bounded; no daemon "
        "listens on /tmp/nvidia-mps; no job-private /dev/shm (job_container/tmpfs). Exit 4 when a check fails.",
        {{"--node", "", "check this Slurm node instead of the host"},
         {"--node-name", "NAME", "with --node: the Slurm node (default $SLURMD_NODENAME, else this host's NodeName)",
@@ -85,7 +97,38 @@ const std::vector<CommandSpec>& command_table() {
         {"--world-size", "W", "number of ranks (default 1)", integer_value},
         {"--manifest", "FILE", "JSON manifest to record the evidence in"}},
        0, cmd_probe},
+      {"history", "[--job JOBID] [--since TIME] [--file PATH]", "Show the node's journal of job MPS daemons",
+       "One line per daemon the epilog stopped: job, user, node, GPUs, when it started and stopped, how it stopped and how "
+       "long that took, the MPS servers it started, faults. The journal is the plugin's history= from the node's "
+       "plugstack.conf (and its .1 rotation), read as status --job reads the plugin's arguments.",
+       {{"--job", "JOBID", "only this job's daemons", job_id_value},
+        {"--since", "TIME", "only daemons stopped since TIME: seconds since the epoch, YYYY-MM-DD[THH:MM[:SS]] (UTC), or "
+                            "an age such as 90m, 12h, 7d", since_value},
+        {"--file", "PATH", "the journal to read instead of the plugin's history=", absolute_path_value},
+        {"--node", "NAME", "the Slurm node whose plugstack.conf to read (default $SLURMD_NODENAME, else this host's)",
+         node_name_value},
+        {"--slurm-conf", "FILE", "slurm.conf (default $SLURM_CONF, else as status --job)", absolute_path_value}},
+       0, cmd_history},
+      {"metrics", "[--node NAME] [--slurm-conf FILE]", "Print OpenMetrics for the node's job MPS daemons",
+       "For node_exporter's textfile collector: per daemon and GPU UUID, labelled by job, user, node and daemon: up, start "
+       "time, MPS servers, client processes, limits, faults; ends in # EOF. Reads the plugin's records and /proc only "
+       "(run as root to see every user's clients); never asks a daemon anything.",
+       {{"--node", "NAME", "the Slurm node (default $SLURMD_NODENAME, else this host's NodeName in slurm.conf)", node_name_value},
+        {"--slurm-conf", "FILE", "slurm.conf (default $SLURM_CONF, else as status --job)", absolute_path_value}},
+       0, cmd_metrics},
   };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<CommandSpec>& command_table() {
+  static const std::vector<CommandSpec> table = [] {
+    std::vector<CommandSpec> all = daemon_commands();
+    const auto& more = node_commands();
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  }();
   return table;
 }
 

@@ -39,6 +39,8 @@ int cmd_doctor(Context& c, const ParsedArgs& a);
 int cmd_visible_devices(Context& c, const ParsedArgs& a);
 int cmd_probe(Context& c, const ParsedArgs& a);          // cli/probe_command.cpp
 int cmd_node_doctor(Context& c, const ParsedArgs& a);    // cli/node_doctor_command.cpp
+int cmd_history(Context& c, const ParsedArgs& a);        // cli/ops_commands.cpp
+int cmd_metrics(Context& c, const ParsedArgs& a);        // cli/ops_commands.cpp
 
 // slurm.conf for status --job and doctor --node: --slurm-conf, else
 // $SLURM_CONF, else /etc/slurm/slurm.conf when it exists, else slurmd's

@@ -5,12 +5,14 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 
 #include <fmt/format.h>
 
 #include "cli/args.hpp"
 #include "common/mps/errors.hpp"
 #include "common/mps/safefs.hpp"
+#include "common/slurm/history.hpp"
 #include "common/slurm/slurm_config.hpp"
 
 namespace unilab::mps::cli {
@@ -80,6 +82,15 @@ std::string job_id_value(const std::string& option, const std::string& value) {
                 std::all_of(value.begin(), value.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
   if (!digits) throw UsageError(fmt::format("{}: '{}' is not a Slurm job id; give the number squeue shows", option, shown(value)));
   return value;
+}
+
+std::string since_value(const std::string& option, const std::string& value) {
+  auto t = parse_since(value, static_cast<double>(std::time(nullptr)));
+  if (!t) {
+    throw UsageError(fmt::format("{}: '{}' is not a time; give seconds since the epoch, a UTC date such as 2026-12-04 or "
+                                 "2026-12-04T18:30, or an age such as 90m, 12h, 7d", option, shown(value)));
+  }
+  return fmt::format("{:.0f}", *t);
 }
 
 std::string requested_sharing_value(const std::string& option, const std::string& value) {

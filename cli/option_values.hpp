@@ -15,6 +15,8 @@ std::string integer_value(const std::string& option, const std::string& value);
 std::string daemon_name_value(const std::string& option, const std::string& value);
 std::string node_name_value(const std::string& option, const std::string& value);
 std::string job_id_value(const std::string& option, const std::string& value);
+// parse_since (common/slurm/history.hpp): returns epoch seconds.
+std::string since_value(const std::string& option, const std::string& value);
 std::string requested_sharing_value(const std::string& option, const std::string& value);  // none | mps
 // parse_thread_percentage: the plugin's --unilab-mps-threads parser.
 std::string thread_percentage_value(const std::string& option, const std::string& value);

@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "common/mps/errors.hpp"
 #include "common/slurm/job.hpp"
+#include "common/slurm/job_faults.hpp"
 #include "common/slurm/slurm_files.hpp"
 #include "common/slurm/slurm_config.hpp"
 #include "common/mps/status.hpp"
@@ -71,8 +72,33 @@ int job_status(Context& c, const ParsedArgs& a) {
   HostStatus h = host_status(c.services, cfg.tools, store, q);
   if (h.managed_daemons.empty()) throw CudaMpsError(no_daemon_message(c, q, store, h));
   std::string from = a.value("--state-dir") ? "--state-dir" : node.plugin_line;
-  return print_status(c, h, fmt::format("job {} on node {} (records from {}; nvidia-smi {})", *q.job_id, *q.host, from,
-                                        cfg.tools.nvidia_smi), store.root());
+  // The job's MPS server faults (said once by the plugin, kept until the
+  // epilog) and, asked as the job's user, what its servers are now.
+  std::vector<std::string> names;
+  for (const auto& r : h.managed_daemons) names.push_back(r.name);
+  const auto faults = recorded_job_faults(cfg, names);
+  nlohmann::json states = nlohmann::json::object();
+  for (size_t i = 0; i < h.managed_daemons.size(); ++i) {
+    const auto servers = h.daemon_states[i].value("mps_servers", std::vector<pid_t>{});
+    for (const auto& [pid, state] : server_states(c.runner, cfg.tools, h.managed_daemons[i], servers)) {
+      states[std::to_string(pid)] = state;
+    }
+  }
+  const std::string heading = fmt::format("job {} on node {} (records from {}; nvidia-smi {})", *q.job_id, *q.host, from,
+                                          cfg.tools.nvidia_smi);
+  if (c.json) {
+    nlohmann::json j = h.to_json();
+    j["faults"] = nlohmann::json::array();
+    for (const auto& f : faults) j["faults"].push_back(f.to_json());
+    j["server_status"] = states;
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << render_host_status(h, heading, store.root());
+  for (const auto& [pid, state] : states.items()) std::cout << fmt::format("mps server {}: {}\n", pid, state.get<std::string>());
+  std::cout << fmt::format("faults ({}):\n", faults.size());
+  for (const auto& f : faults) std::cout << "  " << fault_message(*q.job_id, *q.host, f) << "\n";
+  return kExitOk;
 }
 
 }  // namespace

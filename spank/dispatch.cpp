@@ -35,6 +35,13 @@ __attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int
   return unilab::mps::spank::remote_task_init(sp, argc, argv);
 }
 
+// After each task, in slurmstepd (root): an MPS server fault of the job is
+// said once, to the slurmd log and the job's stderr. Never fails the task.
+__attribute__((visibility("default"))) int slurm_spank_task_exit(spank_t sp, int argc, char** argv) {
+  if (spank_context() != S_CTX_REMOTE) return 0;
+  return unilab::mps::spank::remote_task_exit(sp, argc, argv);
+}
+
 __attribute__((visibility("default"))) int slurm_spank_job_prolog(spank_t, int argc, char** argv) {
   return unilab::mps::spank::job_script_prolog(argc, argv);
 }

@@ -25,6 +25,10 @@ int remote_task_init_privileged(spank_t sp, int argc, char** argv);
 // remote, per task, as the job user: rewrite the task's GPU environment.
 int remote_task_init(spank_t sp, int argc, char** argv);
 
+// remote, per task after it exited, root: the job's MPS server faults, said
+// once (slurmstepd's errors reach the slurmd log and the job's stderr).
+int remote_task_exit(spank_t sp, int argc, char** argv);
+
 // job_script (prolog/epilog, root).
 int job_script_prolog(int argc, char** argv);
 int job_script_epilog(int argc, char** argv);

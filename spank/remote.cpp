@@ -13,6 +13,8 @@
 #include "common/slurm/gres.hpp"
 #include "common/slurm/job.hpp"
 #include "common/slurm/job_failure.hpp"
+#include "common/slurm/job_faults.hpp"
+#include "common/mps/safefs.hpp"
 extern "C" {
 #include <slurm/slurm.h>
 }
@@ -114,6 +116,36 @@ int remote_task_init(spank_t sp, int, char**) {
     // `required` plugin failed (exec_task: error, then _exit(1)).
     _exit(1);
   }
+}
+
+int remote_task_exit(spank_t sp, int, char**) {
+  if (!state().requested) return 0;  // jobs without the option: untouched
+  uint32_t job_id = 0;
+  uid_t uid = 0;
+  if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) return 0;
+  try {
+    // slurmstepd's own environment holds neither the task's pipe directory
+    // nor SLURMD_NODENAME (set in the task's process): every daemon of the
+    // job in this node's store, trusted as the task path trusts them. A
+    // fault is said once whichever task finds it.
+    const std::string job = std::to_string(job_id);
+    RecordStore store = slurm_record_store(state().config);
+    std::vector<DaemonRecord> daemons;
+    for (const auto& node : job_nodes_in_store(store, job, uid)) {
+      for (auto& r : job_records(store, job, node, uid, nullptr, state().config.run_dir)) daemons.push_back(std::move(r));
+    }
+    SystemClock clock;
+    std::vector<std::string> problems;
+    for (const auto& f : note_job_faults(state().config, daemons, kTaskExitFaultKinds, "task-exit", clock.wall_seconds(), &problems)) {
+      // slurmstepd's errors go to the slurmd log and to the step's stderr
+      // (its log is set up on task 0's stderr), as its own OOM notice does.
+      slurm_error("unilab-mps: %s", escape_control(fault_message(job, f.node, f)).c_str());
+    }
+    for (const auto& p : problems) slurm_verbose("unilab-mps: job %u: %s", job_id, escape_control(p).c_str());
+  } catch (const std::exception& e) {
+    slurm_verbose("unilab-mps: job %u: faults not checked at task exit: %s", job_id, e.what());
+  }
+  return 0;
 }
 
 }  // namespace unilab::mps::spank

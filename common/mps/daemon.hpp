@@ -117,6 +117,7 @@ struct StopReport {
   pid_t pid = 0;
   StopOutcome outcome = StopOutcome::kQuit;
   std::string detail;
+  std::chrono::milliseconds took{0};  // from the stop's start to its end (the history journal's stop_ms)
   nlohmann::json to_json() const {
     return {{"name", name}, {"pid", pid}, {"outcome", std::string(to_string(outcome))}, {"detail", detail}};
   }

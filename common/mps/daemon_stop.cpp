@@ -60,6 +60,7 @@ StopReport finish_stop(Stopping& st, StopOutcome outcome) {
   if (!swept.empty()) details.push_back(swept);
   if (!errors.empty()) details.push_back("could not remove " + join(errors, "; "));
   st.rep.detail = join(details, "; ");
+  st.rep.took = std::chrono::duration_cast<milliseconds>(st.s.clock.now() - st.start);
   return st.rep;
 }
 
@@ -73,6 +74,7 @@ StopReport clean_stale(Stopping& st, Liveness l) {
   st.rep.detail = fmt::format("daemon '{}' (pid {}) is no longer running ({}); its record{} removed and nothing was signalled{}",
                               st.record.name, st.record.pid, to_string(l), errors.empty() ? " and directories were" : " was",
                               swept.empty() ? "" : " but " + swept);
+  st.rep.took = std::chrono::duration_cast<milliseconds>(st.s.clock.now() - st.start);
   return st.rep;
 }
 

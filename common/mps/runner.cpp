@@ -111,6 +111,14 @@ std::vector<ToolLimit> user_limits() {
   return out;
 }
 
+std::string user_name_of(uid_t uid) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) return pw.pw_name;
+  return std::to_string(uid);
+}
+
 namespace {
 
 // The supplementary groups of `uid` (primary group `gid`); a user unknown to

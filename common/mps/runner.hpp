@@ -113,6 +113,9 @@ struct ToolLimit {
 // (docs/ADMIN.md, "What the daemon's process looks like").
 std::vector<ToolLimit> user_limits();
 
+// The login name of `uid` (NSS), else the number.
+std::string user_name_of(uid_t uid);
+
 // Replaces the current process image (for `--foreground`): same hygiene as
 // SystemRunner (env from scratch, fds closed, credentials dropped). Returns
 // only on failure, with the reason.

@@ -26,6 +26,7 @@ struct JobContext {
   std::string job_id;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::string user;                       // SLURM_JOB_USER (the history journal); empty when not given
   std::optional<std::string> job_gpus;    // SLURM_JOB_GPUS (GRES indices)
   // The prolog's CUDA_VISIBLE_DEVICES: Slurm's gpu/nvml puts a MIG slice's
   // UUID there (26.05 also a GPU's), in SLURM_JOB_GPUS's order.
@@ -105,6 +106,7 @@ struct PrologOutcome {
   std::vector<DaemonRecord> started;
   std::string note;                   // e.g. "job has no GPU on this node: nothing started"
   std::vector<std::string> warnings;  // what an earlier run of a requeued job left, cleaned first
+  std::vector<std::string> faults;    // faults that earlier run's daemons had (logged as errors)
 };
 // Starts the job's daemons on this node as the job user: one nvidia-smi call,
 // one daemon per job GPU (auto) or one for all (multi). What an earlier run
@@ -116,6 +118,8 @@ struct EpilogOutcome {
   std::vector<StopReport> stopped;
   std::vector<std::string> warnings;  // stale or untrusted records, orphans, leftover dirs: logged, not fatal
   std::vector<std::string> errors;    // a daemon that survived SIGKILL: the node should drain
+  std::vector<std::string> faults;    // MPS server faults this run saw first (job_faults.hpp): logged as errors, once
+  size_t history_lines = 0;           // lines appended to the history journal
   bool ok() const { return errors.empty(); }
 };
 // Stops every daemon of this job on this node, whether or not the option is
@@ -199,6 +203,10 @@ TaskEnvironment compute_task_environment(const std::vector<DaemonRecord>& job_re
 std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job_id, const std::string& node,
                                       std::optional<uid_t> uid, std::vector<std::string>* problems = nullptr,
                                       const std::optional<std::string>& run_dir = std::nullopt);
+// The Slurm nodes that records of job `job_id` (of `uid`) in `store` name,
+// for a caller that does not know its node (slurmstepd's task-exit hook);
+// each is then read through job_records, which checks them.
+std::vector<std::string> job_nodes_in_store(RecordStore& store, const std::string& job_id, uid_t uid);
 
 // Records named for a job on a node, split into the ones every field of
 // which agrees (trusted) and the rest (corrupt, other schema, or naming
@@ -214,7 +222,9 @@ JobRecordScan scan_job_records(RecordStore& store, const std::string& job_id, co
 // What run_job_epilog does (the prolog runs it too, for what an earlier run
 // of a requeued job left): every daemon the job left on this node stopped
 // within one stop_timeout, its directories and records removed.
-void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out);
+// `by` names the caller in the history journal ("epilog", "prolog").
+void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out,
+                    const std::string& by = "epilog");
 
 // GRES indices for a message: "0,2".
 std::string describe_indices(const std::vector<int>& v);

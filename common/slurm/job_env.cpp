@@ -71,6 +71,7 @@ JobContext job_context_from_env(const Getenv& env) {
   j.job_id = std::to_string(parse_id<unsigned long>(env("SLURM_JOB_ID"), "SLURM_JOB_ID"));
   j.uid = parse_id<uid_t>(env("SLURM_JOB_UID"), "SLURM_JOB_UID");
   j.gid = parse_id<gid_t>(env("SLURM_JOB_GID"), "SLURM_JOB_GID");
+  j.user = escape_control(env("SLURM_JOB_USER").value_or(""));
   j.job_gpus = env("SLURM_JOB_GPUS");
   j.cuda_visible_devices = env("CUDA_VISIBLE_DEVICES");
   auto node = env("SLURMD_NODENAME");

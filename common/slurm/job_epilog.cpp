@@ -25,6 +25,8 @@
 #include "common/mps/topology.hpp"
 #include "common/slurm/containment.hpp"
 #include "common/slurm/gres.hpp"
+#include "common/slurm/history.hpp"
+#include "common/slurm/job_faults.hpp"
 #include "common/slurm/slurm_conf_path.hpp"
 
 namespace unilab::mps {
@@ -136,6 +138,28 @@ void report_stop(const JobContext& job, const CleanTarget& t, const StopAttempt&
   out.stopped.push_back(rep);
 }
 
+// One history line per daemon the job had (a run-dir entry with no daemon
+// in it is no daemon); never fails the hook.
+void journal_stops(const PluginConfig& cfg, const JobContext& job, const std::vector<CleanTarget>& targets,
+                   const std::vector<StopAttempt>& attempts, const std::map<std::string, long>& servers,
+                   const std::vector<JobFault>& faults, const std::string& by, double now, EpilogOutcome& out) {
+  if (!cfg.history) return;
+  std::vector<nlohmann::json> lines;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const auto& report = attempts[i].report;
+    if (report && report->outcome == StopOutcome::kNotStarted) continue;
+    auto it = servers.find(targets[i].record.name);
+    lines.push_back(history_entry(targets[i].record, report, attempts[i].error, job.user.empty() ? std::to_string(job.uid) : job.user,
+                                  by, now, it == servers.end() ? -1 : it->second, faults)
+                        .to_json());
+  }
+  if (std::string e = append_history(*cfg.history, cfg.history_max, lines); !e.empty()) {
+    out.warnings.push_back(fmt::format("job {}: history not written ({} line(s) lost): {}", job.job_id, lines.size(), e));
+  } else {
+    out.history_lines += lines.size();
+  }
+}
+
 // Untrusted records without a run-dir entry: nothing of theirs can run.
 void remove_untrusted_records(RecordStore& store, const std::map<std::string, std::string>& untrusted, EpilogOutcome& out) {
   const std::string ext = record_file_name("");
@@ -154,7 +178,7 @@ void remove_untrusted_records(RecordStore& store, const std::map<std::string, st
 
 // Stops and removes everything job `job` left on this node (see
 // run_job_epilog): every daemon at once, within one stop_timeout.
-void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out) {
+void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job, EpilogOutcome& out, const std::string& by) {
   RecordStore store = slurm_record_store(cfg);
   JobRecordScan scan;
   try {
@@ -173,8 +197,21 @@ void clean_job_node(Services& s, const PluginConfig& cfg, const JobContext& job,
 
   std::vector<DaemonRecord> records;
   for (const auto& t : targets) records.push_back(t.record);
+  // Before the stops remove their logs: what the servers went through.
+  std::vector<DaemonRecord> logged;
+  std::vector<std::string> names;
+  for (const auto& t : targets) {
+    names.push_back(t.record.name);
+    if (!t.orphan) logged.push_back(t.record);
+  }
+  std::map<std::string, long> servers;
+  for (const auto& f : note_job_faults(cfg, logged, kEpilogFaultKinds, by, s.clock.wall_seconds(), &out.warnings, &servers)) {
+    out.faults.push_back(fault_message(job.job_id, job.node, f));
+  }
   const auto attempts = stop_daemons(s, cfg.tools, store, records, cfg.stop_timeout);
   for (size_t i = 0; i < targets.size(); ++i) report_stop(job, targets[i], attempts[i], out);
+  journal_stops(cfg, job, targets, attempts, servers, recorded_job_faults(cfg, names), by, s.clock.wall_seconds(), out);
+  remove_job_faults(cfg, names);
   remove_untrusted_records(store, untrusted, out);
   // The mover empties and removes a job's holding cgroups; when it could
   // not (it died, the step never came), nothing held there outlives the job.

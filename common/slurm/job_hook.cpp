@@ -33,6 +33,7 @@ bool asked_for_mps(const Getenv& env) { return env(spank_option_env_name("unilab
 
 void report_started(const PrologOutcome& out, const JobContext& job, const HookLog& log) {
   for (const auto& w : out.warnings) log.info(fmt::format("job {} prolog: {}", job.job_id, w));
+  for (const auto& f : out.faults) log.error(f);
   if (!out.note.empty()) log.info(out.note);
   for (const auto& r : out.started) {
     log.info(fmt::format("job {}: started MPS daemon {} (pid {}, uid {}) on {}", job.job_id, r.name, r.pid, r.uid,
@@ -41,6 +42,7 @@ void report_started(const PrologOutcome& out, const JobContext& job, const HookL
 }
 
 void report_stopped(const EpilogOutcome& out, const JobContext& job, const HookLog& log) {
+  for (const auto& f : out.faults) log.error(f);  // the first sighting of each: once (job_faults.hpp)
   for (const auto& r : out.stopped) log.info(fmt::format("job {}: daemon {} (pid {}): {}", job.job_id, r.name, r.pid, to_string(r.outcome)));
   for (const auto& w : out.warnings) log.info(fmt::format("job {} epilog: {}", job.job_id, w));
   for (const auto& e : out.errors) log.error(fmt::format("job {} epilog failed: {}", job.job_id, e));
@@ -91,7 +93,8 @@ bool epilog_for(const PluginConfig& cfg, const JobContext& job, const Getenv& en
   // EpilogTimeout and UnkillableStepTimeout when a node drains.
   if (!out.stopped.empty()) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-    log.info(fmt::format("job {} epilog: {} daemon(s) stopped in {} ms", job.job_id, out.stopped.size(), ms));
+    log.info(fmt::format("job {} epilog: {} daemon(s) stopped in {} ms{}", job.job_id, out.stopped.size(), ms,
+                         cfg.history ? fmt::format(", {} history line(s) in {}", out.history_lines, *cfg.history) : ""));
   }
   forget_reason(cfg, job, &log);
   return out.ok();

@@ -166,11 +166,12 @@ PrologOutcome run_job_prolog(Services& s, const PluginConfig& cfg, const JobCont
   RecordStore store = slurm_record_store(cfg);
   // A requeued job keeps its id: clear what an interrupted earlier run left.
   EpilogOutcome earlier;
-  clean_job_node(s, cfg, job, earlier);
+  clean_job_node(s, cfg, job, earlier, "prolog (what an earlier run of the requeued job left)");
   if (!earlier.ok()) {
     throw CudaMpsError(fmt::format("cannot clear what an earlier run of job {} left: {}", job.job_id, join(earlier.errors, "; ")));
   }
   out.warnings = std::move(earlier.warnings);
+  out.faults = std::move(earlier.faults);
   out.warnings.insert(out.warnings.end(), pairing.begin(), pairing.end());
   // Decided before anything starts: a node that constrains devices but
   // cannot put the daemon in the job refuses the job here.

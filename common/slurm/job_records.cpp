@@ -169,4 +169,13 @@ std::vector<DaemonRecord> job_records(RecordStore& store, const std::string& job
   return std::move(scan.trusted);
 }
 
+std::vector<std::string> job_nodes_in_store(RecordStore& store, const std::string& job_id, uid_t uid) {
+  std::vector<std::string> nodes;
+  for (const auto& r : store.list(uid, std::nullopt).records) {
+    if (r.job_id != job_id || !r.slurm) continue;
+    if (std::find(nodes.begin(), nodes.end(), r.slurm->node) == nodes.end()) nodes.push_back(r.slurm->node);
+  }
+  return nodes;
+}
+
 }  // namespace unilab::mps

@@ -235,6 +235,53 @@ Result check_run_dir(const NodeFacts& f) {
   return judge_root_dir(f.run_dir_chain, f.config.run_dir, "run_dir");
 }
 
+std::string kib(unsigned long long bytes) { return fmt::format("{} KiB", (bytes + 1023) / 1024); }
+
+// One file of the journal: root's own regular, singly linked file, as the
+// epilog requires before it appends (history.cpp); else why not.
+std::string journal_file_problem(const std::string& path, const FileFacts& f) {
+  if (!f.exists) return "";
+  if (f.is_symlink) return fmt::format("{} is a symlink: the epilog will not write through it; remove it", path);
+  if (!f.is_regular) return fmt::format("{} is not a regular file; move it away", path);
+  if (f.uid != 0 || (f.mode & (S_IWGRP | S_IWOTH)) || f.nlink > 1) {
+    return fmt::format("{} is not root's own file (uid {}, mode {}, {} links): the epilog refuses to append to it; move it away",
+                       path, f.uid, octal_mode(f.mode), f.nlink);
+  }
+  return "";
+}
+
+// history=: a directory root alone controls, a journal root owns, bounded by
+// history_max= (the current file and its .1), room to write.
+Result check_history(const NodeFacts& f) {
+  if (!plugin_line(f)) return std::nullopt;
+  if (!f.config.history) return ok("history=off: the epilog keeps no journal");
+  const std::string& path = *f.config.history;
+  const std::string dir = config_dir_of(path);
+  CheckResult d = judge_root_dir(f.history_dir_chain, dir, "history directory");
+  if (d.status != CheckStatus::kOk) return d;
+  if (f.history_dir_chain.empty() || !f.history_dir_chain.back().facts.exists) {
+    return ok(fmt::format("{} does not exist yet; the first MPS job's epilog creates it (root, 0755)", dir));
+  }
+  for (const auto& [p, facts] : {std::pair{path, f.history_file}, std::pair{path + ".1", f.history_rotated}}) {
+    if (auto problem = journal_file_problem(p, facts); !problem.empty()) return fail(problem);
+  }
+  const FileFacts& where = f.history_dir_chain.back().facts;
+  if (where.read_only_fs) return fail(fmt::format("{} is on a read-only file system: every journal line would be lost", dir));
+  // A line is about 1 KiB: twice history_max= is what the journal may need.
+  const unsigned long long max = f.config.history_max;
+  const std::string size = fmt::format("{}: {} of history_max={} (rotated: {}); at most {} on disk", path,
+                                       kib(f.history_file.size), kib(max), kib(f.history_rotated.size), kib(2 * max));
+  if (f.history_file.size > max + (64ULL << 10) || f.history_rotated.size > max + (64ULL << 10)) {
+    return warn(size + "; larger than history_max=: written by something other than the epilog, or history_max= was lowered "
+                       "(the next append rotates it)");
+  }
+  if (where.free_bytes < 2 * max) {
+    return warn(fmt::format("{}; only {} free on its file system: lines will be lost when it fills (one warning each in "
+                            "the slurmd log)", size, kib(where.free_bytes)));
+  }
+  return ok(size);
+}
+
 // ------------------------------------------------------------ NVIDIA tools, as the plugin will run them
 
 std::string defaults_note(const NodeFacts& f) {
@@ -436,6 +483,7 @@ const std::vector<NodeCheck> kChecks = {
     {"slurm-version", {}, check_slurm_version},
     {"state-dir", {"plugin-args"}, check_state_dir},
     {"run-dir", {"plugin-args"}, check_run_dir},
+    {"history", {"plugin-args"}, check_history},
     {"nvidia-smi", {"plugin-args"}, check_nvidia_smi},
     {"compute-mode", {"nvidia-smi"}, check_compute_mode},
     {"mps-control", {"plugin-args"}, check_mps_control},

@@ -82,6 +82,9 @@ struct NodeFacts : NodeSlurmFiles {
   std::optional<SlurmVersion> slurm_version;
   // the plugin's directories, each component from / down to the leaf
   std::vector<PathFacts> state_dir_chain, run_dir_chain;
+  // history=: its directory's chain, the journal and its rotation (.1)
+  std::vector<PathFacts> history_dir_chain;
+  FileFacts history_file, history_rotated;
   // NVIDIA tools, as the plugin runs them (driver_dir=, the one query)
   NvidiaToolFacts nvidia;
   bool nvidia_smi_executable = false;

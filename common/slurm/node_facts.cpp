@@ -206,6 +206,11 @@ NodeFacts gather_node_facts(NodeProbe& probe, CommandRunner& runner, const NodeD
   gather_slurmd(probe, runner, f);
   f.state_dir_chain = dir_chain(probe, f.config.state_dir);
   f.run_dir_chain = dir_chain(probe, f.config.run_dir);
+  if (f.config.history) {
+    f.history_dir_chain = dir_chain(probe, config_dir_of(*f.config.history));
+    f.history_file = probe.stat(*f.config.history);
+    f.history_rotated = probe.stat(*f.config.history + ".1");
+  }
   gather_tools(probe, runner, f);
   gather_gres(probe, f);
   f.default_pipe = probe.probe_socket(std::string(kDefaultPipeDirectory) + "/control");

@@ -4,6 +4,7 @@
 #include <glob.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +45,13 @@ FileFacts SystemNodeProbe::stat(const std::string& path) {
   f.uid = st.st_uid;
   f.mode = st.st_mode & 07777;
   f.mtime = static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
+  f.size = static_cast<unsigned long long>(st.st_size);
+  f.nlink = static_cast<unsigned long>(st.st_nlink);
+  struct statvfs vfs {};
+  if (::statvfs(path.c_str(), &vfs) == 0) {
+    f.read_only_fs = (vfs.f_flag & ST_RDONLY) != 0;
+    f.free_bytes = static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize;  // root may use f_bfree; bavail is the safe floor
+  }
   return f;
 }
 

@@ -19,6 +19,12 @@ struct FileFacts {
   uid_t uid = 0;
   mode_t mode = 0;          // permission bits (incl. sticky)
   double mtime = 0;         // seconds since the epoch
+  unsigned long long size = 0;
+  unsigned long nlink = 0;
+  // The file system it is on (statvfs): read-only, and the bytes root may
+  // still write there.
+  bool read_only_fs = false;
+  unsigned long long free_bytes = 0;
 };
 
 // What connect(2) on a UNIX socket path says.

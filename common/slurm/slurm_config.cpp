@@ -85,6 +85,20 @@ void set_contain(ArgParse& p, const std::string&, const std::string& value) {
   p.cfg.contain = value;
 }
 
+void set_history(ArgParse& p, const std::string& k, const std::string& v) {
+  if (v == "off") {
+    p.cfg.history.reset();
+  } else {
+    p.cfg.history = absolute_path(k, v);
+  }
+}
+
+void set_history_max(ArgParse& p, const std::string& k, const std::string& v) {
+  const unsigned long long bytes = parse_size_bytes(v);
+  if (bytes < (64ULL << 10)) throw CudaMpsError(fmt::format("plugin argument {}={}: give at least 64K", k, v));
+  p.cfg.history_max = bytes;
+}
+
 // Every plugin argument, in the order the docs list them.
 const PluginArgSpec kPluginArgs[] = {
     {"state_dir", [](const PluginConfig& d) { return code(d.state_dir); },
@@ -157,6 +171,18 @@ const PluginArgSpec kPluginArgs[] = {
      "each daemon's directory `<run_dir>/<name>` is its own tmpfs of this size (4096 inodes); `off`: plain directories on the "
      "run dir's file system",
      set_dir_size},
+    {"history", [](const PluginConfig& d) { return code(d.history.value_or("off")); },
+     "the node's journal of every job daemon (JSON lines, root's; `unilab-mps history` reads it); `off`: none",
+     "the node's MPS history: the epilog appends one JSON line per daemon (job, user, GPUs, mode, limits, start and stop "
+     "times, how it stopped and how long that took, MPS servers started, faults) to this root-owned file, rotated to "
+     "`<file>.1` at `history_max=`; `unilab-mps history` reads both. A full disk or a refused file is one warning, never a "
+     "failed epilog; `off`: no journal",
+     set_history},
+    {"history_max", [](const PluginConfig& d) { return code(d.history_max % (1ULL << 20) == 0 ? std::to_string(d.history_max >> 20) + "M" : std::to_string(d.history_max >> 10) + "K"); },
+     "the journal rotates at this size (so it holds at most twice it)",
+     "size at which the journal is rotated to `<file>.1` (the older `.1` goes): the journal holds at most twice this; at "
+     "least 64K",
+     set_history_max},
 };
 
 const PluginArgSpec* find_plugin_arg(std::string_view key) {

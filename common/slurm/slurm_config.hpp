@@ -28,6 +28,8 @@ struct PluginConfig {
   std::optional<double> default_threads;          // applied when the user gives none
   std::string contain = "auto";                   // auto | off: daemon in the job's cgroup (containment.hpp)
   std::optional<PrivateFsLimits> dir_size = PrivateFsLimits{};  // dir_size=: each daemon dir's own tmpfs; off: none
+  std::optional<std::string> history = "/var/log/unilab-mps/history.jsonl";  // history=: the epilog's journal; off: none
+  unsigned long long history_max = 4ULL << 20;    // history_max=: rotate at this size (the journal: at most twice it)
 };
 
 // Parses plugin arguments; throws CudaMpsError naming the bad argument.

@@ -450,6 +450,7 @@ class PrologTest : public ::testing::Test {
     d.host.smi_out = test::smi_csv(test::four_gpus());
     cfg.state_dir = tmp / "state";
     cfg.run_dir = tmp / "run";
+    cfg.history = tmp / "log/history.jsonl";  // never the host's /var/log
     cfg.gres_conf = tmp / "gres.conf";
     cfg.contain = "off";  // containment has its own tests (containment_test.cpp)
     cfg.dir_size.reset();  // the private tmpfs needs root: its own e2e case

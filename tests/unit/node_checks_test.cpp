@@ -55,6 +55,14 @@ NodeFacts ready_facts() {
   f.state_dir_chain = {{"/", dir(0, 0755)}, {"/run", dir(0, 0755)}, {"/run/unilab-mps", dir(0, 0755)}};
   f.run_dir_chain = {{"/", dir(0, 0755)}, {"/run", dir(0, 0755)}, {"/run/unilab-mps", dir(0, 0755)},
                      {"/run/unilab-mps/run", dir(0, 0755)}};
+  f.history_dir_chain = {{"/", dir(0, 0755)}, {"/var", dir(0, 0755)}, {"/var/log", dir(0, 0755)},
+                         {"/var/log/unilab-mps", dir(0, 0755)}};
+  f.history_dir_chain.back().facts.free_bytes = 1ULL << 30;
+  f.history_file = FileFacts{};
+  f.history_file.exists = f.history_file.is_regular = true;
+  f.history_file.mode = 0644;
+  f.history_file.nlink = 1;
+  f.history_file.size = 100 << 10;
   f.nvidia_smi_executable = f.mps_control_executable = true;
   f.gpus = test::four_gpus();
   for (auto& g : *f.gpus) g.compute_mode = "Exclusive_Process";  // as NVIDIA recommends for MPS
@@ -253,6 +261,47 @@ TEST(NodeChecksTest, StateAndRunDirUseThePluginsTrustRule) {
   EXPECT_TRUE(has(run_check("state-dir", f), "must traverse it"));
   f.state_dir_chain[2].facts = FileFacts{};
   EXPECT_TRUE(has(run_check("state-dir", f), "does not exist yet"));
+}
+
+TEST(NodeChecksTest, HistoryIsRootsAndBounded) {
+  NodeFacts f = ready_facts();
+  CheckResult r = run_check("history", f);
+  EXPECT_EQ(r.status, CheckStatus::kOk) << r.detail;
+  EXPECT_TRUE(has(r, "/var/log/unilab-mps/history.jsonl: 100 KiB of history_max=4096 KiB (rotated: 0 KiB); at most 8192 KiB on disk"))
+      << r.detail;
+  f.plugin_config->history.reset();
+  f.config.history.reset();
+  EXPECT_TRUE(has(run_check("history", f), "history=off"));
+  f = ready_facts();
+  f.history_dir_chain[3].facts.mode = 0777;
+  EXPECT_EQ(run_check("history", f).status, CheckStatus::kFail);
+  f = ready_facts();
+  f.history_file.uid = 1000;
+  EXPECT_TRUE(has(run_check("history", f), "is not root's own file (uid 1000"));
+  f = ready_facts();
+  f.history_rotated = f.history_file;
+  f.history_rotated.is_symlink = true;
+  EXPECT_TRUE(has(run_check("history", f), "history.jsonl.1 is a symlink"));
+  f = ready_facts();
+  f.history_file.nlink = 2;
+  EXPECT_EQ(run_check("history", f).status, CheckStatus::kFail) << "a hard link to another file";
+  f = ready_facts();
+  f.history_dir_chain.back().facts.read_only_fs = true;
+  EXPECT_TRUE(has(run_check("history", f), "read-only file system"));
+  f = ready_facts();
+  f.history_file.size = 40ULL << 20;
+  r = run_check("history", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "larger than history_max=")) << r.detail;
+  f = ready_facts();
+  f.history_dir_chain.back().facts.free_bytes = 1 << 20;
+  r = run_check("history", f);
+  EXPECT_EQ(r.status, CheckStatus::kWarn);
+  EXPECT_TRUE(has(r, "only 1024 KiB free")) << r.detail;
+  f = ready_facts();
+  f.history_dir_chain.pop_back();
+  f.history_dir_chain.push_back({"/var/log/unilab-mps", FileFacts{}});
+  EXPECT_TRUE(has(run_check("history", f), "the first MPS job's epilog creates it"));
 }
 
 TEST(NodeChecksTest, Tools) {

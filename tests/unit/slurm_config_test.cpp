@@ -75,13 +75,26 @@ TEST(PluginArgsTable, ListsEveryKeyTheParserKnowsWithTheParsersDefaults) {
       EXPECT_NE(unknown.find(key), std::string::npos) << key << " is in the table but not in: " << unknown;
       ++rows;
     }
-    EXPECT_EQ(rows, 14u) << table;
+    EXPECT_EQ(rows, 16u) << table;
     EXPECT_NE(table.find("| `start_timeout=` | `15` |"), std::string::npos) << table;
     EXPECT_NE(table.find("| `dir_size=` | `64M` |"), std::string::npos) << table;
     EXPECT_NE(table.find("| `state_dir=` | `/run/unilab-mps` |"), std::string::npos) << table;
     EXPECT_NE(table.find("| `max_threads=` | none |"), std::string::npos) << table;
+    EXPECT_NE(table.find("| `history=` | `/var/log/unilab-mps/history.jsonl` |"), std::string::npos) << table;
+    EXPECT_NE(table.find("| `history_max=` | `4M` |"), std::string::npos) << table;
   }
   EXPECT_NE(plugin_args_table(PluginArgWords::kBrief), plugin_args_table(PluginArgWords::kFull));
+}
+
+TEST(ParsePluginArgs, History) {
+  EXPECT_EQ(parse_plugin_args({}).history, "/var/log/unilab-mps/history.jsonl");
+  EXPECT_FALSE(parse_plugin_args({"history=off"}).history);
+  EXPECT_EQ(parse_plugin_args({"history=/srv/h.jsonl"}).history, "/srv/h.jsonl");
+  EXPECT_EQ(parse_plugin_args({"history_max=64K"}).history_max, 64ULL << 10);
+  EXPECT_EQ(parse_plugin_args({"history_max=1G"}).history_max, 1ULL << 30);
+  EXPECT_NE(error_of([] { parse_plugin_args({"history=relative.jsonl"}); }).find("history"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_plugin_args({"history_max=1K"}); }).find("at least 64K"), std::string::npos);
+  EXPECT_THROW(parse_plugin_args({"history_max=lots"}), CudaMpsError);
 }
 
 TEST(ParsePluginArgs, UnknownKeyIsAnErrorNamingIt) {
