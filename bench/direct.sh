@@ -38,6 +38,9 @@ BIN=$W/stage/bin
 export BENCH_FAKES=$W/stage/fakes BENCH_GPU_TABLE=$W/gpus.csv BENCH_CALL_LOG=$W/calls.log
 NODE_GPUS=32
 write_gpu_table "$BENCH_GPU_TABLE" "$NODE_GPUS"
+# The driver's view of that table (driver_proc=): the prolog reads each GPU's minor there.
+UNILAB_FAKE_GPU_TABLE=$BENCH_GPU_TABLE "$BENCH_FAKES/fake-driver-proc" "$W/driver-proc" >/dev/null
+chmod -R a+rX "$W/driver-proc"
 read -r -a MINORS <<<"$(gpu_minors "$NODE_GPUS")"
 make_devices "$W/dev" "${MINORS[@]}"
 write_gres_conf "$W/gres.conf" bn1 "$W/dev" "${MINORS[@]}"
@@ -60,7 +63,7 @@ job_env() { # job_env JOB GPUS MODE
   printf '%s\0' "${e[@]}"
 }
 plugin_args() {
-  printf '%s\0' "state_dir=$STATE" "run_dir=$RUN" "nvidia_smi=$BENCH_FAKES/nvidia-smi" \
+  printf '%s\0' "state_dir=$STATE" "run_dir=$RUN" "nvidia_smi=$BENCH_FAKES/nvidia-smi" "driver_proc=$W/driver-proc" "history=$W/log/history.jsonl" \
     "mps_control=$BENCH_FAKES/nvidia-cuda-mps-control" "gres_conf=$W/gres.conf" "stop_timeout=$STOP_TIMEOUT" "start_timeout=30"
 }
 # helper_cmd prolog|epilog JOB GPUS MODE: the helper's command line in

@@ -51,6 +51,9 @@ install -m 755 "$here/shell-prolog.sh" "$here/shell-epilog.sh" "$STAGE/"
 export BENCH_FAKES=$STAGE/fakes BENCH_GPU_TABLE=$STAGE/gpus.csv BENCH_CALL_LOG=$STAGE/calls.log
 NODE_GPUS=32
 write_gpu_table "$BENCH_GPU_TABLE" "$NODE_GPUS"
+# The driver's view of that table (driver_proc=): the prolog reads each GPU's minor there.
+UNILAB_FAKE_GPU_TABLE=$BENCH_GPU_TABLE "$BENCH_FAKES/fake-driver-proc" "$STAGE/driver-proc" >/dev/null
+chmod -R a+rX "$STAGE/driver-proc"
 set_fakes 0
 reset_call_log
 : >"$JOBS"
@@ -222,7 +225,7 @@ up() { # up TAG [extra slurm.conf lines]
 }
 # shellcheck disable=SC2119 # restart every node
 plugin_on() {
-  PLUGIN_SO=$STAGE/unilab_mps.so PLUGIN_ARGS="state_dir=$MPS_STATE run_dir=$MPS_RUN nvidia_smi=$BENCH_FAKES/nvidia-smi mps_control=$BENCH_FAKES/nvidia-cuda-mps-control start_timeout=30 stop_timeout=10" \
+  PLUGIN_SO=$STAGE/unilab_mps.so PLUGIN_ARGS="state_dir=$MPS_STATE run_dir=$MPS_RUN nvidia_smi=$BENCH_FAKES/nvidia-smi driver_proc=$STAGE/driver-proc mps_control=$BENCH_FAKES/nvidia-cuda-mps-control start_timeout=30 stop_timeout=10" \
     write_plugstack_conf && cluster_restart_slurmd >/dev/null 2>&1
 }
 # shellcheck disable=SC2119

@@ -66,7 +66,7 @@ stage_binaries() {
   install -m 755 "$build/cli/unilab-mps" "$build/prolog/unilab-mps-prolog" "$build/prolog/unilab-mps-epilog" "$dest/bin/"
   [ -f "$build/spank/unilab_mps.so" ] && install -m 755 "$build/spank/unilab_mps.so" "$dest/"
   install -m 755 "$build/fakes/bin/nvidia-smi" "$build/fakes/bin/nvidia-cuda-mps-control" \
-    "$build/fakes/bin/fake-cuda-client" "$dest/fakes/"
+    "$build/fakes/bin/fake-cuda-client" "$build/fakes/bin/fake-driver-proc" "$dest/fakes/"
   install -m 644 "$build/fakes/bin/gpus.csv" "$dest/fakes/gpus.csv"
   # The fake driver's /proc/driver (driver_proc=): device minors, MIG capability minors.
   rm -rf "$dest/fakes/driver-proc"

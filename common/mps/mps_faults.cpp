@@ -35,8 +35,9 @@ std::string_view describe(MpsFaultKind k) {
     case MpsFaultKind::kFatalException:
       return "its MPS server met a fatal exception and shut down (every client of it failed)";
     case MpsFaultKind::kFatalGpuError:
-      return "its MPS server is handling a fatal GPU error (every client on that GPU gets it and must exit; the server "
-             "takes new clients again once they all have)";
+      return "its MPS server met a fatal GPU error (every client on that GPU, of every process, is torn down with "
+             "that error, e.g. 'an illegal memory access was encountered'; the server takes new clients again once "
+             "they are gone)";
   }
   return "";
 }
@@ -59,6 +60,7 @@ nlohmann::json MpsFault::to_json() const {
   nlohmann::json j = {{"kind", std::string(to_string(kind))}, {"log", log}, {"line", line}};
   j["server"] = server ? nlohmann::json(*server) : nlohmann::json(nullptr);
   j["exit_status"] = exit_status ? nlohmann::json(*exit_status) : nlohmann::json(nullptr);
+  j["client"] = client ? nlohmann::json(*client) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -73,6 +75,7 @@ MpsFault MpsFault::from_json(const nlohmann::json& j) {
     f.line = j.at("line").get<std::string>();
     if (j.contains("server") && !j.at("server").is_null()) f.server = j.at("server").get<pid_t>();
     if (j.contains("exit_status") && !j.at("exit_status").is_null()) f.exit_status = j.at("exit_status").get<int>();
+    if (j.contains("client") && !j.at("client").is_null()) f.client = j.at("client").get<pid_t>();
     return f;
   } catch (const nlohmann::json::exception& e) {
     throw CudaMpsError(fmt::format("bad fault entry: {}", e.what()));
@@ -82,6 +85,7 @@ MpsFault MpsFault::from_json(const nlohmann::json& j) {
 std::vector<MpsFault> scan_mps_log(std::string_view log, const std::vector<std::string>& lines) {
   std::vector<MpsFault> out;
   const bool control = log == kControlLog;
+  std::optional<pid_t> culprit;  // server.log: the client that hit the last fatal GPU error
   for (const auto& line : lines) {
     MpsFault f;
     f.log = std::string(log);
@@ -100,8 +104,14 @@ std::vector<MpsFault> scan_mps_log(std::string_view log, const std::vector<std::
         out.back().exit_status = f.exit_status;
         continue;
       }
+    } else if (!control && line.find("} encountered a fatal GPU error") != std::string::npos) {
+      // "Client {PID: 511, Context: 1} encountered a fatal GPU error.": the
+      // process that hit it, told with the fault that follows.
+      culprit = number_after<pid_t>(line, "{PID: ");
+      continue;
     } else if (!control && line.find("Server is handling a fatal GPU error") != std::string::npos) {
       f.kind = MpsFaultKind::kFatalGpuError;
+      f.client = culprit;
       // "[... Server <pid>] Volta MPS: ..." names the server in its prefix.
       const size_t close = line.find(']');
       const size_t space = line.rfind(' ', close);

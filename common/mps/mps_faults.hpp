@@ -4,13 +4,19 @@
 // client is reported to every client of the server on the affected GPUs,
 // and the server refuses new clients (CUDA_ERROR_MPS_SERVER_NOT_READY) until
 // they have all exited; before Volta the server shuts down. What the logs
-// say of it, in the formats NVIDIA documents and a real daemon writes
-// (driver 580.159.04, MPS binary 13000, seen on an H200):
-//   control.log  "Server encountered a fatal exception. Shutting down"
-//                "Server <pid> exited with status <n>"   (n is 0 after a
-//                SIGKILL too; a server does not exit while its daemon runs
-//                otherwise: it stays when its clients leave)
-//   server.log   "Volta MPS: Server is handling a fatal GPU error."
+// say of it (driver 580.159.04, MPS binary 13000, seen on an H200 with a
+// client's illegal memory access: tests/unit/fixtures/mps-fault-h200):
+//   server.log   "[... Server 530] Client {PID: 511, Context: 1} encountered a fatal GPU error."
+//                "[... Server 530] Server is handling a fatal GPU error."
+//                then every client on that GPU is torn down (the other
+//                client got the same "illegal memory access" error), the
+//                server stays ACTIVE and takes new clients
+//   control.log  "Server <pid> exited with status <n>"   (n is 0 after a
+//                SIGKILL too, and at a quit; a server does not exit while
+//                its daemon runs otherwise: it stays when its clients leave)
+//                "Server encountered a fatal exception. Shutting down"
+//                (pre-Volta, from the binary's strings and NVIDIA's
+//                documentation; not seen)
 #pragma once
 
 #include <sys/types.h>
@@ -39,6 +45,7 @@ struct MpsFault {
   std::string line;                // the log line, printable
   std::optional<pid_t> server;     // the server it names
   std::optional<int> exit_status;  // server-exited: the status the daemon logged
+  std::optional<pid_t> client;     // fatal-gpu-error: the client process that hit it
   // Stable for one occurrence: the same line read twice is the same fault
   // (its timestamp and pids are part of it).
   std::string key() const;

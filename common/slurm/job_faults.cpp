@@ -149,8 +149,11 @@ std::map<pid_t, std::string> server_states(CommandRunner& runner, const Tools& t
 }
 
 std::string fault_message(const std::string& job_id, const std::string& node, const JobFault& f) {
-  return fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}; {}: '{}'; see {}/{}", job_id, node, f.daemon,
-                     join(f.gpu_uuids, ","), describe(f.fault.kind), f.fault.log, f.fault.line, f.log_directory, f.fault.log);
+  const std::string culprit =
+      f.fault.client ? fmt::format("; the client process that hit it: {}", *f.fault.client) : std::string();
+  return fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}{}; {}: '{}'; see {}/{}", job_id, node, f.daemon,
+                     join(f.gpu_uuids, ","), describe(f.fault.kind), culprit, f.fault.log, f.fault.line, f.log_directory,
+                     f.fault.log);
 }
 
 }  // namespace unilab::mps

@@ -39,7 +39,8 @@
 #                      it exceed the machine's cores, e.g. 32 for -n32 jobs)
 #   PLUGIN_SO          absolute path of unilab_mps.so; unset/empty: plugstack.conf
 #                      without any plugin (PlugStackConfig always points at ours)
-#   PLUGIN_ARGS        key=value plugin arguments (one string, split on blanks)
+#   PLUGIN_ARGS        key=value plugin arguments (one string, split on blanks);
+#                      history= defaults to $CLUSTER_DIR/history/history.jsonl
 #   PLUGIN_REQUIRED=1  `required` instead of `optional` in plugstack.conf
 #   CLUSTER_PROLOG_FLAGS  PrologFlags= value; default Contain in cgroup mode (the
 #                      job's extern step cgroup, which unilab-mps moves its
@@ -599,6 +600,14 @@ EOF
     fi
 }
 
+# PLUGIN_ARGS, with the history journal in the cluster's own directory unless
+# they name one: a test cluster never writes the host's /var/log.
+_ue2e_plugin_args() {
+    local args=${PLUGIN_ARGS:-}
+    [[ " $args" == *" history="* ]] || args+="${args:+ }history=$CLUSTER_DIR/history/history.jsonl"
+    printf '%s' "$args"
+}
+
 # (Re)write plugstack.conf from PLUGIN_SO / PLUGIN_ARGS / PLUGIN_REQUIRED.
 # After changing it on a running cluster, call cluster_restart_slurmd.
 write_plugstack_conf() {
@@ -611,7 +620,7 @@ write_plugstack_conf() {
     [[ $PLUGIN_SO == /* ]] || { _ue2e_err "PLUGIN_SO must be an absolute path: $PLUGIN_SO"; return 1; }
     [[ -f $PLUGIN_SO ]] || { _ue2e_err "PLUGIN_SO does not exist: $PLUGIN_SO"; return 1; }
     [[ ${PLUGIN_REQUIRED:-0} == 1 ]] && kind=required
-    printf '%s %s %s\n' "$kind" "$PLUGIN_SO" "${PLUGIN_ARGS:-}" >"$f"
+    printf '%s %s %s\n' "$kind" "$PLUGIN_SO" "$(_ue2e_plugin_args)" >"$f"
     chmod 644 "$f"
     _ue2e_write_prolog_helpers
 }
@@ -625,7 +634,7 @@ _ue2e_write_prolog_helpers() {
     [[ $CLUSTER_PROLOG_HELPERS == /* && -x $CLUSTER_PROLOG_HELPERS/unilab-mps-prolog ]] ||
         { _ue2e_err "CLUSTER_PROLOG_HELPERS must be an absolute dir holding unilab-mps-prolog: $CLUSTER_PROLOG_HELPERS"; return 1; }
     : >"$etc/unilab-mps.args"
-    for arg in ${PLUGIN_ARGS:-}; do printf '%s\n' "$arg" >>"$etc/unilab-mps.args"; done
+    for arg in $(_ue2e_plugin_args); do printf '%s\n' "$arg" >>"$etc/unilab-mps.args"; done
     for kind in prolog epilog; do
         printf '#!/bin/sh\nexec %s/unilab-mps-%s --config %s/unilab-mps.args\n' \
             "$CLUSTER_PROLOG_HELPERS" "$kind" "$etc" >"$etc/unilab-mps-$kind.sh"

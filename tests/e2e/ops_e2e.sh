@@ -5,7 +5,9 @@
 # Parts:
 #   faults   a job's MPS server dies mid-job: killed from outside, a
 #            pre-Volta fatal exception, a Volta fatal GPU error (the fake
-#            daemon's mps_server_* knobs write the lines a real one writes);
+#            daemon's mps_server_* knobs write the lines a real one writes,
+#            tests/unit/fixtures/mps-fault-h200); the fault names the client
+#            process that hit it;
 #            each is said once in the task's stderr and once in the slurmd
 #            log with job, node, GPU and the log line, and status --job
 #            shows it while the job runs; the history keeps it
@@ -111,7 +113,10 @@ echo done")
   expect_contains "fault-$tag: status --job (as the job's user, in the job) lists it" "$st" "faults (1):"
   expect_eq "fault-$tag: status --job --json: one fault of the expected kind" "$5" \
     "$($PY -c 'import json,sys; j=json.load(open(sys.argv[1])); print(",".join(f["fault"]["kind"] for f in j["faults"]))' "$OUT/fault-$tag.status.json" 2>&1)"
-  [ -n "${6:-}" ] && expect_contains "fault-$tag: status --job shows the server's state" "$st" "$6"
+  if [ -n "${6:-}" ]; then
+    expect_contains "fault-$tag: status --job shows the server's state" "$st" "$6"
+    expect_contains "fault-$tag: the message names the client process that hit it" "$out" "; the client process that hit it: "
+  fi
   local h
   h=$(history_of "$job")
   expect_eq "fault-$tag: the history line keeps the fault" "$5" "$(hfield "$h" '",".join(f["kind"] for f in e["faults"])')"
@@ -127,7 +132,7 @@ faults_part() {
   fault_case kill "mps_server_die_after_ms=2000" "its MPS server ended while the job ran" "exited with status 0" server-exited
   fault_case legacy "mps_server_fault_after_ms=2000" "its MPS server met a fatal exception" "Server encountered a fatal exception" fatal-exception
   fault_case volta "mps_server_fault_after_ms=2000 mps_server_fault=volta mps_server_fault_sticky=1" \
-    "its MPS server is handling a fatal GPU error" "Volta MPS: Server is handling a fatal GPU error." fatal-gpu-error ": FAULT"
+    "its MPS server met a fatal GPU error" "] Server is handling a fatal GPU error." fatal-gpu-error ": FAULT"
 }
 
 # ---------------------------------------------------------------- history

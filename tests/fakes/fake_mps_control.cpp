@@ -737,10 +737,14 @@ class Daemon {
   //  - mps_server_fault_after_ms=N, mps_server_fault=legacy (default): the
   //    pre-Volta way, "Server encountered a fatal exception. Shutting down",
   //    the server exits with status 1 and its clients lose it;
-  //  - mps_server_fault=volta: server.log's "Volta MPS: Server is handling a
-  //    fatal GPU error.", its clients' connections are cut (they get the
-  //    fatal error), the server answers FAULT and refuses new clients until
-  //    its clients are gone, then is ACTIVE again;
+  //  - mps_server_fault=volta: as driver 580's server wrote it on an H200
+  //    when a client made an illegal memory access, server.log's
+  //    "Client {PID: C, Context: 1} encountered a fatal GPU error." (C: its
+  //    first client) and "Server is handling a fatal GPU error.", every
+  //    client's connection cut (they all get the error), the server staying
+  //    and taking new clients (ACTIVE) once they are gone; with
+  //    mps_server_fault_sticky=1 it answers FAULT and refuses new clients
+  //    instead, as NVIDIA documents for a server still recovering;
   //  - mps_server_die_after_ms=N: the server is SIGKILLed from outside.
   void fault_servers() {
     const auto now = SteadyClock::now();
@@ -755,7 +759,12 @@ class Daemon {
       if (fault_ms <= 0 || age < fault_ms || handled_.count(pid)) continue;
       handled_.insert(pid);
       if (cfg_.get("mps_server_fault").value_or("legacy") == "volta") {
-        server_log(pid, "Volta MPS: Server is handling a fatal GPU error.");
+        for (const auto& [fd, client] : clients_) {
+          if (client.server_pid != pid) continue;
+          server_log(pid, "Client {PID: " + std::to_string(client.client_pid) + ", Context: 1} encountered a fatal GPU error.");
+          break;
+        }
+        server_log(pid, "Server is handling a fatal GPU error.");
         faulted_.insert(pid);
         drop_clients_of(pid);
         faulted_.erase(pid);  // no client left: ACTIVE again, as NVIDIA documents

@@ -533,7 +533,9 @@ CPID=$!; BG_PIDS+=("$CPID")
 wait_for grep -q connected "$WORK/f2.out"
 SPID=$(sed -n 's/^client [0-9]* connected to MPS server \([0-9]*\)$/\1/p' "$WORK/f2.out")
 check "mps_server_fault=volta: server.log says it handles a fatal GPU error" \
-  wait_for grep -q "Server $SPID\] Volta MPS: Server is handling a fatal GPU error." "$LOGD/server.log"
+  wait_for grep -q "Server $SPID\] Server is handling a fatal GPU error." "$LOGD/server.log"
+expect_has "... after naming the client that hit it" "Server $SPID] Client {PID: $CPID, Context: 1} encountered a fatal GPU error." \
+  "$(cat "$LOGD/server.log")"
 check "... its client loses it" wait_for dead "$CPID"
 check "... the server stays" alive "$SPID"
 ctl "get_server_status $SPID"

@@ -36,7 +36,8 @@ for m in 0 1; do mknod -m 666 "$work/dev/nvidia$m" c 195 "$m"; done
 printf 'AutoDetect=off\nNodeName=n1 Name=gpu File=%s/dev/nvidia0\nNodeName=n1 Name=gpu File=%s/dev/nvidia1\n' "$work" "$work" >"$work/etc/gres.conf"
 : >"$work/etc/slurm.conf"
 ARGS=("state_dir=$work/state" "run_dir=$work/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc"
-      "mps_control=$FAKES/nvidia-cuda-mps-control" "gres_conf=$work/etc/gres.conf" "start_timeout=3" "stop_timeout=2")
+      "mps_control=$FAKES/nvidia-cuda-mps-control" "gres_conf=$work/etc/gres.conf" "start_timeout=3" "stop_timeout=2"
+      "history=$work/log/history.jsonl")
 OPT=SPANK__SLURM_SPANK_OPTION_unilab_mps_unilab_mps
 AS=()  # a command the helper runs under (setpriv below)
 helper() { # helper prolog|epilog JOB UID GID [VAR=value...]: sets OUT and RC

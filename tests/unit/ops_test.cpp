@@ -51,15 +51,43 @@ TEST(MpsFaultsTest, FatalLinesOfBothLogs) {
   EXPECT_EQ(control[0].server, 9091);
   EXPECT_EQ(control[0].exit_status, 1);
   auto server = scan_mps_log(kServerLog, {"[2026-12-04 18:40:00.000 Server  9091] Server has started",
-                                          "[2026-12-04 18:40:01.000 Server  9091] Volta MPS: Server is handling a fatal GPU error."});
+                                          "[2026-12-04 18:40:01.000 Server  9091] Server is handling a fatal GPU error."});
   ASSERT_EQ(server.size(), 1u);
   EXPECT_EQ(server[0].kind, MpsFaultKind::kFatalGpuError);
   EXPECT_EQ(server[0].server, 9091);
+  EXPECT_FALSE(server[0].client) << "no client line before it";
   // The same words in the other log are not that log's fault.
   EXPECT_TRUE(scan_mps_log(kServerLog, {kRealControlLog[3]}).empty());
   EXPECT_TRUE(scan_mps_log(kControlLog, {server[0].line}).empty());
   // A server line without a pid is no server exit.
   EXPECT_TRUE(scan_mps_log(kControlLog, {"[x] Server exited with status 1"}).empty());
+}
+
+// What driver 580's daemon and server wrote on an H200 when one of two
+// clients made an illegal memory access (tests/gpu/mps_fault_check.sh):
+// one fault, naming the server and the client that hit it; the control
+// log's only "exited" line is the server's end at the final quit.
+TEST(MpsFaultsTest, WhatARealServerWroteForAnIllegalAddress) {
+  const std::string dir = std::string(UNILAB_MPS_TEST_FIXTURES) + "/mps-fault-h200/";
+  std::vector<std::string> server_lines, control_lines;
+  const std::string server_text = test::read_text(dir + "server.log"), control_text = test::read_text(dir + "control.log");
+  for (auto l : split_lines(server_text)) server_lines.emplace_back(l);
+  for (auto l : split_lines(control_text)) control_lines.emplace_back(l);
+  ASSERT_GT(server_lines.size(), 50u);
+  auto server = scan_mps_log(kServerLog, server_lines);
+  ASSERT_EQ(server.size(), 1u);
+  EXPECT_EQ(server[0].kind, MpsFaultKind::kFatalGpuError);
+  EXPECT_EQ(server[0].server, 530);
+  EXPECT_EQ(server[0].client, 511);
+  EXPECT_EQ(server[0].line, "[2026-12-04 19:53:22.702 Server   530] Server is handling a fatal GPU error.");
+  JobFault jf{"job1.n1.gpu0", "n1", {test::kUuid0}, "/run/x/log", server[0], 1, "task-exit"};
+  EXPECT_NE(fault_message("1", "n1", jf).find("; the client process that hit it: 511;"), std::string::npos);
+  auto control = scan_mps_log(kControlLog, control_lines);
+  ASSERT_EQ(control.size(), 1u);
+  EXPECT_EQ(control[0].kind, MpsFaultKind::kServerExited);
+  EXPECT_EQ(control[0].line, "[2026-12-04 19:53:32.486 Control   502] Server 530 exited with status 0");
+  // The epilog, which stops the daemon with that quit, does not count it.
+  EXPECT_FALSE(kEpilogFaultKinds.count(control[0].kind));
 }
 
 TEST(MpsFaultsTest, KeyIsTheOccurrence) {

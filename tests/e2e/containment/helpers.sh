@@ -35,7 +35,7 @@ helpers_part() {
   chmod 1777 "$H/ww"
   SLURM_CONF=/dev/null as_user unimps1 bash -c "$(declare -f plant_record); U1=$U1 G1=$G1; plant_record '$H/ww/job77.n1.gpu0.json' 77 '$H/victim'"
   check "the user could plant its record" test -f "$H/ww/job77.n1.gpu0.json"
-  args=("state_dir=$H/ww" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc" "mps_control=$FAKES/nvidia-cuda-mps-control")
+  args=("state_dir=$H/ww" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc" "mps_control=$FAKES/nvidia-cuda-mps-control" "history=$H/log/history.jsonl")
   out=$(helper_env 77 "$BIN/unilab-mps-epilog" "${args[@]}" 2>&1)
   rc=$?
   check "the victim tree is intact" test -f "$H/victim/keep/file"
@@ -48,7 +48,7 @@ helpers_part() {
   chmod 755 "$H/state"
   plant_record "$H/state/job78.n1.gpu0.json" 78 "$H/victim"
   chmod 644 "$H/state/job78.n1.gpu0.json"
-  args=("state_dir=$H/state" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc" "mps_control=$FAKES/nvidia-cuda-mps-control")
+  args=("state_dir=$H/state" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc" "mps_control=$FAKES/nvidia-cuda-mps-control" "history=$H/log/history.jsonl")
   out=$(helper_env 78 "$BIN/unilab-mps-epilog" "${args[@]}" 2>&1)
   rc=$?
   check "the victim tree is intact" test -f "$H/victim/keep/file"

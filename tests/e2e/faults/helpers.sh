@@ -19,7 +19,7 @@ setup_helpers() {
   } >"$H/etc/gres.conf"
   : >"$H/etc/slurm.conf"
   H_ARGS=("state_dir=$H/state" "run_dir=$H/run" "nvidia_smi=$FAKES/nvidia-smi" "driver_proc=$FAKES/driver-proc"
-          "mps_control=$FAKES/nvidia-cuda-mps-control" "start_timeout=2" "stop_timeout=3")
+          "mps_control=$FAKES/nvidia-cuda-mps-control" "start_timeout=2" "stop_timeout=3" "history=$H/log/history.jsonl")
   EXTRA_ARGS=()
 }
 
