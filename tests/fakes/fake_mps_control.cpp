@@ -288,7 +288,6 @@ class Daemon {
     return true;
   }
 
-  // `[2026-11-29 23:00:00.123 Control 12345] message`, like the real log.
   // A line of server.log in the real server's format ("[... Server PID] ..."),
   // for the server `pid` (written by the daemon on its behalf).
   void server_log(pid_t pid, const std::string& message) {
@@ -299,6 +298,7 @@ class Daemon {
     ::close(fd);
   }
 
+  // "[<local time>.<ms> <who> <pid>] ", the prefix of every real log line.
   static std::string stamped(const char* who, pid_t pid) {
     timespec ts{};
     ::clock_gettime(CLOCK_REALTIME, &ts);
@@ -311,16 +311,9 @@ class Daemon {
     return prefix;
   }
 
+  // `[2026-11-29 23:00:00.123 Control 12345] message`, like the real log.
   void log(const std::string& message) {
-    timespec ts{};
-    ::clock_gettime(CLOCK_REALTIME, &ts);
-    tm local{};
-    ::localtime_r(&ts.tv_sec, &local);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &local);
-    char prefix[96];
-    std::snprintf(prefix, sizeof prefix, "[%s.%03ld Control %ld] ", stamp, ts.tv_nsec / 1000000L, static_cast<long>(pid_));
-    const std::string line = prefix + message + "\n";
+    const std::string line = stamped("Control", pid_) + message + "\n";
     if (log_fd_ >= 0) (void)!::write(log_fd_, line.data(), line.size());
     if (foreground_) (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
