@@ -135,8 +135,10 @@ int remote_task_exit(spank_t sp, int, char**) {
       for (auto& r : job_records(store, job, node, uid, nullptr, state().config.run_dir)) daemons.push_back(std::move(r));
     }
     SystemClock clock;
+    SystemProcReader proc;
     std::vector<std::string> problems;
-    for (const auto& f : note_job_faults(state().config, daemons, kTaskExitFaultKinds, "task-exit", clock.wall_seconds(), &problems)) {
+    for (const auto& f :
+         note_job_faults(state().config, daemons, kTaskExitFaultKinds, "task-exit", clock.wall_seconds(), &problems, nullptr, &proc)) {
       // slurmstepd's errors go to the slurmd log and to the step's stderr
       // (its log is set up on task 0's stderr), as its own OOM notice does.
       slurm_error("unilab-mps: %s", escape_control(fault_message(job, f.node, f)).c_str());

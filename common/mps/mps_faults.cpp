@@ -38,6 +38,9 @@ std::string_view describe(MpsFaultKind k) {
       return "its MPS server met a fatal GPU error (every client on that GPU, of every process, is torn down with "
              "that error, e.g. 'an illegal memory access was encountered'; the server takes new clients again once "
              "they are gone)";
+    case MpsFaultKind::kDaemonGone:
+      return "its MPS control daemon is gone (new CUDA processes of the job find no daemon: they run without MPS, or "
+             "fail on a GPU in Exclusive_Process mode)";
   }
   return "";
 }

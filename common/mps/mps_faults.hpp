@@ -32,8 +32,11 @@
 
 namespace unilab::mps {
 
-enum class MpsFaultKind { kServerExited, kFatalException, kFatalGpuError };
-inline constexpr StringTable<MpsFaultKind, 3> kMpsFaultKindNames{{"server-exited", "fatal-exception", "fatal-gpu-error"}};
+// kDaemonGone is not a log line: the control daemon itself no longer runs
+// (its identity in /proc), seen by job_faults.hpp while the job runs.
+enum class MpsFaultKind { kServerExited, kFatalException, kFatalGpuError, kDaemonGone };
+inline constexpr StringTable<MpsFaultKind, 4> kMpsFaultKindNames{
+    {"server-exited", "fatal-exception", "fatal-gpu-error", "daemon-gone"}};
 inline std::string_view to_string(MpsFaultKind k) { return kMpsFaultKindNames.name(k); }
 
 // What each kind means, for a message to the job.
@@ -41,7 +44,7 @@ std::string_view describe(MpsFaultKind k);
 
 struct MpsFault {
   MpsFaultKind kind = MpsFaultKind::kServerExited;
-  std::string log;                 // "control.log" or "server.log"
+  std::string log;                 // "control.log" or "server.log" ("" for daemon-gone)
   std::string line;                // the log line, printable
   std::optional<pid_t> server;     // the server it names
   std::optional<int> exit_status;  // server-exited: the status the daemon logged

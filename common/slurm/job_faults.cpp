@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/mps/daemon.hpp"
 #include "common/mps/errors.hpp"
 #include "common/mps/mps_control.hpp"
 #include "common/mps/safefs.hpp"
@@ -69,12 +70,19 @@ JobFault JobFault::from_json(const nlohmann::json& j) {
 
 std::vector<JobFault> note_job_faults(const PluginConfig& cfg, const std::vector<DaemonRecord>& records,
                                       const std::set<MpsFaultKind>& kinds, const std::string& noted_by, double now,
-                                      std::vector<std::string>* problems, std::map<std::string, long>* servers_started) {
+                                      std::vector<std::string>* problems, std::map<std::string, long>* servers_started,
+                                      ProcReader* proc) {
   std::vector<JobFault> noted;
   Fd dir;
   for (const auto& r : records) {
     try {
       DaemonLogScan scan = scan_daemon_logs(r.log_directory, r.uid);
+      if (proc && kinds.count(MpsFaultKind::kDaemonGone) && r.state == RecordState::kRunning && !daemon_process_is_live(r, *proc)) {
+        MpsFault gone;
+        gone.kind = MpsFaultKind::kDaemonGone;
+        gone.line = fmt::format("daemon pid {} (start tick {}) no longer runs", r.pid, r.process_start_ticks);
+        scan.faults.insert(scan.faults.begin(), std::move(gone));
+      }
       if (servers_started) (*servers_started)[r.name] = scan.servers_started;
       size_t kept = 0;  // this daemon's fault files
       bool counted = false;
@@ -151,6 +159,10 @@ std::map<pid_t, std::string> server_states(CommandRunner& runner, const Tools& t
 std::string fault_message(const std::string& job_id, const std::string& node, const JobFault& f) {
   const std::string culprit =
       f.fault.client ? fmt::format("; the client process that hit it: {}", *f.fault.client) : std::string();
+  if (f.fault.log.empty()) {  // not a log line (daemon-gone): what was seen, and the log to read
+    return fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}: {}; see {}/{}", job_id, node, f.daemon,
+                       join(f.gpu_uuids, ","), describe(f.fault.kind), f.fault.line, f.log_directory, kControlLog);
+  }
   return fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}{}; {}: '{}'; see {}/{}", job_id, node, f.daemon,
                      join(f.gpu_uuids, ","), describe(f.fault.kind), culprit, f.fault.log, f.fault.line, f.log_directory,
                      f.fault.log);

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/mps/mps_faults.hpp"
+#include "common/mps/proc.hpp"
 #include "common/mps/runner.hpp"
 #include "common/mps/tools.hpp"
 #include "common/mps/record.hpp"
@@ -53,10 +54,12 @@ struct JobFault {
 // why.
 // `servers_started` (optional) gets each daemon's count of MPS servers
 // started in the window read (DaemonLogScan).
+// With `proc` and kDaemonGone among `kinds`, a running record whose daemon
+// no longer runs (pid, start time, uid, boot in /proc) is a fault too.
 std::vector<JobFault> note_job_faults(const PluginConfig& cfg, const std::vector<DaemonRecord>& records,
                                       const std::set<MpsFaultKind>& kinds, const std::string& noted_by, double now,
                                       std::vector<std::string>* problems = nullptr,
-                                      std::map<std::string, long>* servers_started = nullptr);
+                                      std::map<std::string, long>* servers_started = nullptr, ProcReader* proc = nullptr);
 
 // The faults recorded for these daemons (by name), oldest first.
 std::vector<JobFault> recorded_job_faults(const PluginConfig& cfg, const std::vector<std::string>& daemons);
@@ -78,7 +81,7 @@ std::string fault_message(const std::string& job_id, const std::string& node, co
 // that exited did so during the job) and the ones the epilog adds (a server
 // exit seen only then could be the teardown's own).
 inline const std::set<MpsFaultKind> kTaskExitFaultKinds{MpsFaultKind::kServerExited, MpsFaultKind::kFatalException,
-                                                        MpsFaultKind::kFatalGpuError};
+                                                        MpsFaultKind::kFatalGpuError, MpsFaultKind::kDaemonGone};
 inline const std::set<MpsFaultKind> kEpilogFaultKinds{MpsFaultKind::kFatalException, MpsFaultKind::kFatalGpuError};
 
 }  // namespace unilab::mps

@@ -3,7 +3,8 @@
 # with four fake GPUs, the plugin's history= on a small tmpfs of its own.
 #
 # Parts:
-#   faults   a job's MPS server dies mid-job: killed from outside, a
+#   faults   a job's MPS control daemon dies mid-job; its MPS server dies
+#            mid-job: killed from outside, a
 #            pre-Volta fatal exception, a Volta fatal GPU error (the fake
 #            daemon's mps_server_* knobs write the lines a real one writes,
 #            tests/unit/fixtures/mps-fault-h200); the fault names the client
@@ -127,8 +128,33 @@ echo done")
   fake_conf
 }
 
+# The control daemon itself dies mid-job (mps_die_after_ms): the batch
+# script's task exit finds it gone, says so once; the epilog's stop is stale.
+daemon_gone_case() {
+  local job out log h
+  case_begin fault-daemon-gone "the job's MPS control daemon dies mid-job: said once to the job and once in the slurmd log; the history line keeps it and says the stop found it stale"
+  fake_conf mps_die_after_ms=2000
+  job=$(submit --unilab-mps --gres=gpu:1 -o "$OUT/gone.out" -e "$OUT/gone.out" --wrap "sleep 5; echo done")
+  check "fault-daemon-gone: sbatch accepted ($job)" test -n "$job"
+  wait_job_gone "$job" 90 >/dev/null 2>&1
+  out=$(cat "$OUT/gone.out" 2>/dev/null)
+  log=$(cat "$(slurmd_log)")
+  local said="job $job node n1: MPS daemon job$job.n1.gpu0 (GPU GPU-"
+  expect_eq "fault-daemon-gone: the job's output says it once" 1 "$(printf '%s\n' "$out" | grep -cF "$said")"
+  expect_contains "fault-daemon-gone: ... what happened" "$out" "its MPS control daemon is gone"
+  expect_eq "fault-daemon-gone: the slurmd log says it once" 1 "$(printf '%s\n' "$log" | grep -cF "$said")"
+  h=$(history_of "$job")
+  expect_eq "fault-daemon-gone: the history line: a stale stop, the fault kept" "stale daemon-gone" \
+    "$(hfield "$h" 'e["stop"]["outcome"] + " " + ",".join(f["kind"] for f in e["faults"])')"
+  expect_eq "fault-daemon-gone: the node is not drained" idle "$(sinfo -h -n n1 -o %T)"
+  case_end "job $job: $(printf '%s\n' "$out" | grep -m1 -o 'MPS daemon .*' | cut -c1-200)"
+  assert_clean fault-daemon-gone "$job"
+  fake_conf
+}
+
 faults_part() {
   up || return
+  daemon_gone_case
   fault_case kill "mps_server_die_after_ms=2000" "its MPS server ended while the job ran" "exited with status 0" server-exited
   fault_case legacy "mps_server_fault_after_ms=2000" "its MPS server met a fatal exception" "Server encountered a fatal exception" fatal-exception
   fault_case volta "mps_server_fault_after_ms=2000 mps_server_fault=volta mps_server_fault_sticky=1" \
@@ -304,7 +330,7 @@ EOF
 }
 
 # Floors: cases, checks per part.
-PART_FLOORS[faults]="3 36"
+PART_FLOORS[faults]="4 44"
 PART_FLOORS[history]="5 30"
 PART_FLOORS[metrics]="1 10"
 run_parts ops_e2e "${parts[@]}"

@@ -192,6 +192,31 @@ TEST_F(FaultLogTest, ConcurrentHooksSayAFaultOnce) {
   EXPECT_EQ(recorded_job_faults(cfg, {r.name}).size(), 1u);
 }
 
+TEST_F(FaultLogTest, AControlDaemonThatIsGoneIsAFaultOnce) {
+  DaemonRecord r = daemon("d6", {"[2026-12-04 18:34:01.969 Control  9091] Starting new server 9091 for user 0"});
+  test::FakeProcReader proc;
+  proc.add(r.pid, r.uid, r.process_start_ticks);
+  EXPECT_TRUE(note_job_faults(cfg, {r}, kTaskExitFaultKinds, "task-exit", 1000, nullptr, nullptr, &proc).empty())
+      << "the daemon runs";
+  proc.kill(r.pid);
+  EXPECT_TRUE(note_job_faults(cfg, {r}, kTaskExitFaultKinds, "task-exit", 1000).empty()) << "no /proc given: not looked at";
+  EXPECT_TRUE(note_job_faults(cfg, {r}, kEpilogFaultKinds, "epilog", 1000, nullptr, nullptr, &proc).empty())
+      << "the epilog's stop says it as 'stale'";
+  auto gone = note_job_faults(cfg, {r}, kTaskExitFaultKinds, "task-exit", 1001, nullptr, nullptr, &proc);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].fault.kind, MpsFaultKind::kDaemonGone);
+  const std::string m = fault_message("77", "n1", gone[0]);
+  EXPECT_NE(m.find("its MPS control daemon is gone"), std::string::npos) << m;
+  EXPECT_NE(m.find("daemon pid 100 (start tick 1) no longer runs; see " + r.log_directory + "/control.log"), std::string::npos) << m;
+  EXPECT_TRUE(note_job_faults(cfg, {r}, kTaskExitFaultKinds, "task-exit", 1002, nullptr, nullptr, &proc).empty()) << "said once";
+  // A process that took the daemon's pid (another start time) is not the daemon.
+  DaemonRecord reused = daemon("d7", {});
+  proc.add(reused.pid, reused.uid, reused.process_start_ticks + 500);
+  auto r2 = note_job_faults(cfg, {reused}, kTaskExitFaultKinds, "task-exit", 1003, nullptr, nullptr, &proc);
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_EQ(r2[0].fault.kind, MpsFaultKind::kDaemonGone);
+}
+
 TEST_F(FaultLogTest, AUserFillingTheLogGetsABoundedNumberOfFaults) {
   std::vector<std::string> lines;
   for (int i = 0; i < 100; ++i) lines.push_back(fmt::format("[t Control 1] Server {} exited with status 1", 1000 + i));
