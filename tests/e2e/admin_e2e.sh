@@ -303,6 +303,8 @@ expect_contains "names the private /dev/shm" "$out" "gives every job a private /
 mknod -m 666 "$CLUSTER_DIR/dev/nvidia9" c 195 9
 sed -i "s#^NodeName=n1 Name=gpu File=$CLUSTER_DIR/dev/nvidia2\$#&\nNodeName=n1 Name=gpu File=$CLUSTER_DIR/dev/nvidia9#" "$WORK/etc2/gres.conf"
 sed -i '/JobContainerType/d' "$WORK/etc2/slurm.conf"
+# slurm.conf's Gres= counts it too (a fifth line beyond gpu:4 Slurm discards, and doctor says so).
+sed -i -E '/^NodeName=n1 /s/Gres=gpu:4( |$)/Gres=gpu:5\1/' "$WORK/etc2/slurm.conf"
 out=$("$CLI" doctor --node --slurm-conf "$WORK/etc2/slurm.conf" 2>&1); rc=$?
 expect_eq "unmappable GPU: exit 4" 4 "$rc"
 expect_contains "flags GRES 4 in the table" "$out" "NOT MAPPED: GRES gpu index 4 ($CLUSTER_DIR/dev/nvidia9, minor 9) matches no GPU"

@@ -120,7 +120,7 @@ check_doctor() {
   expect_contains "$tag: doctor names the configless slurm.conf" "$out" \
     "slurm.conf /run/slurm/conf/slurm.conf (configless cache: /run/slurm/conf -> $CACHE)"
   expect_contains "$tag: doctor reads the cached plugstack.conf" "$out" "/run/slurm/conf/plugstack.conf:1: optional $STAGE/unilab_mps.so"
-  expect_contains "$tag: doctor reads the cached gres.conf" "$out" "/run/slurm/conf/gres.conf: 4 GPU files for node n1"
+  expect_contains "$tag: doctor reads the cached gres.conf" "$out" "/run/slurm/conf/gres.conf: 4 GPU GRES for node n1, in slurm.conf's Gres= order"
   printf '%s\n' "$out" >"$STAGE/doctor-$tag.txt"
 }
 
