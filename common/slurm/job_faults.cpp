@@ -1,9 +1,11 @@
 #include "common/slurm/job_faults.hpp"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 
@@ -154,6 +156,14 @@ std::map<pid_t, std::string> server_states(CommandRunner& runner, const Tools& t
     out[pid] = r.ok() && !line.empty() ? line : fmt::format("unknown ({})", line.empty() ? r.describe() : line);
   }
   return out;
+}
+
+const std::set<MpsFaultKind>& task_exit_fault_kinds(std::optional<int> wait_status) {
+  if (wait_status && WIFSIGNALED(*wait_status)) {
+    const int sig = WTERMSIG(*wait_status);
+    if (sig == SIGTERM || sig == SIGKILL || sig == SIGINT || sig == SIGHUP) return kEpilogFaultKinds;
+  }
+  return kTaskExitFaultKinds;
 }
 
 std::string fault_message(const std::string& job_id, const std::string& node, const JobFault& f) {

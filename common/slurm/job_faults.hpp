@@ -84,4 +84,12 @@ inline const std::set<MpsFaultKind> kTaskExitFaultKinds{MpsFaultKind::kServerExi
                                                         MpsFaultKind::kFatalGpuError, MpsFaultKind::kDaemonGone};
 inline const std::set<MpsFaultKind> kEpilogFaultKinds{MpsFaultKind::kFatalException, MpsFaultKind::kFatalGpuError};
 
+// The kinds the task-exit hook reports for a task that ended with this
+// wait(2) status. A task killed by SIGTERM, SIGKILL, SIGINT or SIGHUP may be
+// ending with its job (a cancel, a time limit, srun interrupted): the same
+// teardown kills the daemon and its servers where they run in the job's
+// cgroup, so only the faults no teardown causes (kEpilogFaultKinds). Any
+// other end (an exit code, a crash signal), or no status: kTaskExitFaultKinds.
+const std::set<MpsFaultKind>& task_exit_fault_kinds(std::optional<int> wait_status);
+
 }  // namespace unilab::mps

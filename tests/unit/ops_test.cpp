@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -215,6 +217,48 @@ TEST_F(FaultLogTest, AControlDaemonThatIsGoneIsAFaultOnce) {
   auto r2 = note_job_faults(cfg, {reused}, kTaskExitFaultKinds, "task-exit", 1003, nullptr, nullptr, &proc);
   ASSERT_EQ(r2.size(), 1u);
   EXPECT_EQ(r2[0].fault.kind, MpsFaultKind::kDaemonGone);
+}
+
+// The wait(2) status of a child that exits with `code` or, with `sig`,
+// is killed by that signal.
+static int real_wait_status(int code, int sig) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    rlimit none{0, 0};
+    setrlimit(RLIMIT_CORE, &none);
+    if (sig) {
+      signal(sig, SIG_DFL);  // not a sanitizer's handler
+      raise(sig);
+    }
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST_F(FaultLogTest, ATaskKilledWithItsJobDoesNotCallTheTeardownAFault) {
+  // A time limit or scancel kills the tasks and, where the daemon runs in
+  // the job's cgroup, the daemon and its servers too: the task's exit hook
+  // then finds them gone. Seen in run_e2e's cgroup time-limit job.
+  DaemonRecord r = daemon("d8", {"[t Control 1] Server 4242 exited with status 0"});
+  test::FakeProcReader proc;  // the daemon's pid is not in it: gone
+  for (int sig : {SIGTERM, SIGKILL, SIGINT, SIGHUP}) {
+    const int st = real_wait_status(0, sig);
+    ASSERT_TRUE(WIFSIGNALED(st));
+    EXPECT_EQ(&task_exit_fault_kinds(st), &kEpilogFaultKinds) << strsignal(sig);
+    EXPECT_TRUE(note_job_faults(cfg, {r}, task_exit_fault_kinds(st), "task-exit", 1000, nullptr, nullptr, &proc).empty())
+        << strsignal(sig);
+  }
+  // A task that exits (with any code) or crashes while the job runs reports them.
+  EXPECT_EQ(&task_exit_fault_kinds(real_wait_status(0, 0)), &kTaskExitFaultKinds);
+  EXPECT_EQ(&task_exit_fault_kinds(real_wait_status(SIGTERM, 0)), &kTaskExitFaultKinds) << "exit code 15 is no signal";
+  EXPECT_EQ(&task_exit_fault_kinds(real_wait_status(0, SIGABRT)), &kTaskExitFaultKinds) << "a crash";
+  EXPECT_EQ(&task_exit_fault_kinds(std::nullopt), &kTaskExitFaultKinds) << "no status: as a task that exited";
+  auto said = note_job_faults(cfg, {r}, task_exit_fault_kinds(real_wait_status(1, 0)), "task-exit", 1001, nullptr, nullptr, &proc);
+  ASSERT_EQ(said.size(), 2u) << "a killed task's silence consumed nothing";
+  EXPECT_EQ(said[0].fault.kind, MpsFaultKind::kDaemonGone);
+  EXPECT_EQ(said[1].fault.kind, MpsFaultKind::kServerExited);
 }
 
 TEST_F(FaultLogTest, AUserFillingTheLogGetsABoundedNumberOfFaults) {
