@@ -129,21 +129,13 @@ int remote_task_exit(spank_t sp, int, char**) {
     // job in this node's store, trusted as the task path trusts them. A
     // fault is said once whichever task finds it.
     const std::string job = std::to_string(job_id);
-    RecordStore store = slurm_record_store(state().config);
-    std::vector<DaemonRecord> daemons;
-    for (const auto& node : job_nodes_in_store(store, job, uid)) {
-      for (auto& r : job_records(store, job, node, uid, nullptr, state().config.run_dir)) daemons.push_back(std::move(r));
-    }
     // A task killed with its job (cancel, time limit) must not report the
     // teardown's own kills of the daemon and its servers as faults.
     int status = 0;
     std::optional<int> exit_status;
     if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) == ESPANK_SUCCESS) exit_status = status;
-    SystemClock clock;
-    SystemProcReader proc;
     std::vector<std::string> problems;
-    for (const auto& f :
-         note_job_faults(state().config, daemons, task_exit_fault_kinds(exit_status), "task-exit", clock.wall_seconds(), &problems, nullptr, &proc)) {
+    for (const auto& f : task_exit_faults(state().config, job, uid, exit_status, &problems)) {
       // slurmstepd's errors go to the slurmd log and to the step's stderr
       // (its log is set up on task 0's stderr), as its own OOM notice does.
       slurm_error("unilab-mps: %s", escape_control(fault_message(job, f.node, f)).c_str());

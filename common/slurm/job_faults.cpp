@@ -16,6 +16,7 @@
 #include "common/mps/mps_control.hpp"
 #include "common/mps/safefs.hpp"
 #include "common/mps/text.hpp"
+#include "common/slurm/job.hpp"
 
 namespace unilab::mps {
 namespace {
@@ -164,6 +165,19 @@ const std::set<MpsFaultKind>& task_exit_fault_kinds(std::optional<int> wait_stat
     if (sig == SIGTERM || sig == SIGKILL || sig == SIGINT || sig == SIGHUP) return kEpilogFaultKinds;
   }
   return kTaskExitFaultKinds;
+}
+
+std::vector<JobFault> task_exit_faults(const PluginConfig& cfg, const std::string& job_id, uid_t uid,
+                                       std::optional<int> wait_status, std::vector<std::string>* problems) {
+  RecordStore store = slurm_record_store(cfg);
+  std::vector<DaemonRecord> daemons;
+  for (const auto& node : job_nodes_in_store(store, job_id, uid)) {
+    for (auto& r : job_records(store, job_id, node, uid, nullptr, cfg.run_dir)) daemons.push_back(std::move(r));
+  }
+  SystemClock clock;
+  SystemProcReader proc;
+  return note_job_faults(cfg, daemons, task_exit_fault_kinds(wait_status), "task-exit", clock.wall_seconds(), problems,
+                         nullptr, &proc);
 }
 
 std::string fault_message(const std::string& job_id, const std::string& node, const JobFault& f) {

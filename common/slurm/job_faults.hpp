@@ -92,4 +92,15 @@ inline const std::set<MpsFaultKind> kEpilogFaultKinds{MpsFaultKind::kFatalExcept
 // other end (an exit code, a crash signal), or no status: kTaskExitFaultKinds.
 const std::set<MpsFaultKind>& task_exit_fault_kinds(std::optional<int> wait_status);
 
+// What the task-exit hook does for a task of `job_id` (run by `uid`) that
+// ended with `wait_status` on this node: every daemon of the job in the
+// node's store (slurmstepd's environment names neither the task's daemon
+// nor the node), trusted as the task path trusts them, checked for faults
+// (task_exit_fault_kinds, the daemons' identity in /proc). Returns the faults
+// this call noted first, for the caller to say; `problems` gets what could
+// not be read. The SPANK task_exit hook and bench/direct.sh's measurement of
+// it call this.
+std::vector<JobFault> task_exit_faults(const PluginConfig& cfg, const std::string& job_id, uid_t uid,
+                                       std::optional<int> wait_status, std::vector<std::string>* problems);
+
 }  // namespace unilab::mps
