@@ -201,6 +201,38 @@ for total in "${rec_counts[@]}"; do
 done
 rm -f "$STATE"/job9*.json
 
+# The task_exit hook: what slurmstepd does for each ended task of an MPS job
+# (tests/tools/task_exit_cost times task_exit_faults, the function the hook
+# calls: the job's records, both logs of each daemon read and scanned, each
+# daemon's identity in /proc) for jobs of 1 and 8 per-GPU daemons whose logs
+# hold what the daemon wrote at start, then 64 KiB and 4 MiB more client
+# lines each (the scan reads at most the last 1 MiB of a log).
+TASK_EXIT=$build/tests/tools/task_exit_cost
+if [ -x "$TASK_EXIT" ]; then
+  bench_log "direct: the task_exit hook per ended task: 1 and 8 daemons, logs as started, +64 KiB, +4 MiB"
+  set_fakes 0
+  awk 'BEGIN { for (i = 0; i < 48000; i++) printf "[2026-12-04 18:34:02.%03d Control  9036] NEW CLIENT %d from user 1000: Server already exists\n", i % 1000, 10000 + i }' >"$W/filler.log"
+  mapfile -d '' -t te_args < <(plugin_args)
+  for g in 1 8; do
+    JOB=$((JOB + 1))
+    run_helper prolog "$JOB" "$(seq_csv "$g")" '(null)' || { bench_log "task_exit: prolog of job $JOB failed: $(tail -3 "$W/helper.log")"; continue; }
+    for grow in 0 64 4096; do
+      for f in "$RUN/$JOB".*/log/control.log "$RUN/$JOB".*/log/server.log; do
+        [ "$grow" = 0 ] || head -c "$((grow * 1024))" "$W/filler.log" >>"$f"
+      done
+      "$TASK_EXIT" "$((REPS * 4))" "$JOB" "$USER_UID" "${te_args[@]}" 2>>"$W/helper.log" |
+        awk -v g="$g" -v k="$grow" -v csv="$BENCH_CSV" '
+          $2 != 0 { bad = 1 }
+          { printf "task_exit,log-plus-%sKiB,%s,0,call_ms,%.3f\n", k, g, $1 / 1000 >> csv }
+          END { if (bad) print "task_exit: a call noted faults on logs without fault lines" > "/dev/stderr" }'
+    done
+    row task_exit size "$g" 0 log_kib "$(du -ck "$RUN/$JOB".*/log/*.log | tail -n1 | cut -f1)"
+    run_helper epilog "$JOB" "$(seq_csv "$g")" '(null)' || bench_log "task_exit: epilog of job $JOB failed"
+  done
+else
+  bench_log "direct: no $TASK_EXIT (built with the tests): the task_exit hook not measured"
+fi
+
 bench_log "direct: epilog of daemons that ignore quit (bounded by stop_timeout=2)"
 STOP_TIMEOUT=2
 stuck_reps=2

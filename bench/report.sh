@@ -556,6 +556,35 @@ SIGKILL to take effect) and the normal cost, however many of its daemons
 hang: with the default \`stop_timeout=10\` a per-GPU job on an 8-GPU node whose
 daemons all hang holds its node in COMPLETING for about 10 s, not 80 s.
 
+### Each ended task: the task_exit hook
+
+What slurmstepd does when a task of an MPS job ends, to say a failed MPS
+server or a gone daemon once (docs/DESIGN.md): \`task_exit_faults\`, the
+function the hook calls, timed in a process of its own
+(\`tests/tools/task_exit_cost\`) on a job whose daemons the prolog started: the
+job's records, both logs of each daemon read (at most their last 1 MiB) and
+scanned, each daemon's identity in /proc. slurmstepd runs it once per ended
+task; tasks still running are not touched (no thread, no polling), and the
+step's end waits for it. ms per ended task, median (min-max).
+
+| daemons of the job | logs as started | each log +64 KiB | each log +4 MiB | logs at the end | calls |
+|---:|---:|---:|---:|---:|---:|
+EOF
+for g in 1 8; do
+  a=$(med task_exit log-plus-0KiB "$g" 0 call_ms)
+  [ -n "$a" ] || continue
+  printf '| %s | %s (%s) | %s (%s) | %s (%s) | %s MiB | %s |\n' "$g" \
+    "$(fmt "$a")" "$(spread task_exit log-plus-0KiB "$g" 0 call_ms)" \
+    "$(fmt "$(med task_exit log-plus-64KiB "$g" 0 call_ms)")" "$(spread task_exit log-plus-64KiB "$g" 0 call_ms)" \
+    "$(fmt "$(med task_exit log-plus-4096KiB "$g" 0 call_ms)")" "$(spread task_exit log-plus-4096KiB "$g" 0 call_ms)" \
+    "$(fmt "$(div "$(med task_exit size "$g" 0 log_kib)" 1024)")" "$(reps task_exit log-plus-0KiB "$g" 0 call_ms)"
+done
+[ -n "$(med task_exit log-plus-0KiB 1 0 call_ms)" ] || echo '| (not measured in this run) | | | | | |'
+cat <<EOF
+
+The cost grows with the job's daemons and the size of their logs up to the
+1 MiB read from each, and a job sees it only as a later end of its step.
+
 ## 4. Scale: records of other jobs on the node, and \`unilab-mps status\`
 
 Prolog and epilog of a one-GPU job while the state directory holds records of

@@ -90,9 +90,7 @@ std::vector<MpsFault> scan_mps_log(std::string_view log, const std::vector<std::
   const bool control = log == kControlLog;
   std::optional<pid_t> culprit;  // server.log: the client that hit the last fatal GPU error
   for (const auto& line : lines) {
-    MpsFault f;
-    f.log = std::string(log);
-    f.line = line;
+    MpsFault f;  // its log and line are copied only for a fault (most lines are none)
     if (control && line.find("Server encountered a fatal exception") != std::string::npos) {
       f.kind = MpsFaultKind::kFatalException;
     } else if (control && line.find("] Server ") != std::string::npos && line.find(" exited with status ") != std::string::npos) {
@@ -126,6 +124,8 @@ std::vector<MpsFault> scan_mps_log(std::string_view log, const std::vector<std::
     } else {
       continue;
     }
+    f.log = std::string(log);
+    f.line = line;
     out.push_back(std::move(f));
   }
   return out;

@@ -269,7 +269,7 @@ std::optional<std::string> read_owned_file_at(int dir_fd, const std::string& nam
   });
 }
 
-std::string escape_control(const std::string& text) {
+std::string escape_control(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (unsigned char c : text) {
@@ -326,7 +326,7 @@ std::vector<std::string> read_user_file_tail(int dir_fd, const std::string& name
     std::string_view l = all[i];
     bool cut = l.size() > max_line_bytes;
     if (cut) l = l.substr(0, max_line_bytes);
-    out.push_back(escape_control(std::string(l)) + (cut ? "..." : ""));
+    out.push_back(escape_control(l) + (cut ? "..." : ""));
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace unilab::mps {
@@ -102,7 +103,7 @@ std::vector<std::string> read_user_file_tail(const std::string& dir_path, const 
                                              std::string* problem = nullptr);
 
 // `text` with every byte that is not printable ASCII written as \xNN.
-std::string escape_control(const std::string& text);
+std::string escape_control(std::string_view text);
 
 // Names in a directory, sorted, without "." and "..".
 std::vector<std::string> list_dir(int dir_fd);
