@@ -393,7 +393,10 @@ _ue2e_prepare_dir() {
     chmod 755 "$CLUSTER_DIR" "$CLUSTER_DIR"/{etc,dev,log,run,spool} || return 1
     chmod 700 "$CLUSTER_DIR"/{state,ctld} || return 1
     : >"$CLUSTER_DIR/$_UE2E_MARKER"
-    export CLUSTER_DIR
+    # A global the caller keeps after cluster_up (wait_job_gone, slurmd_log
+    # read it), also when given as an assignment before the call: bash 5.2's
+    # plain export kept such a one, bash 5.3 (Debian sid's) does not.
+    declare -gx CLUSTER_DIR="$CLUSTER_DIR"
 }
 
 _ue2e_make_gpus() {

@@ -67,11 +67,7 @@ up() {  # up MODE: a fresh cluster with the plugin (CLUSTER_MIG_FAKE_GPUS as the
   cluster_down >/dev/null 2>&1
   rm -rf "$STAGE/c"
   STATE_DIR=$STAGE/c/st RUN_DIR=$STAGE/c/r
-  # A global: the harness reads it after cluster_up (wait_job_gone). Given
-  # before the call, cluster_up's export kept it in bash 5.2 but not in 5.3
-  # (Debian sid's): 'CLUSTER_DIR: unbound variable' ended the suite there.
-  CLUSTER_DIR=$STAGE/c
-  CLUSTER_MODE=$1 CLUSTER_NODES=1 PLUGIN_SO=$STAGE/unilab_mps.so \
+  CLUSTER_DIR=$STAGE/c CLUSTER_MODE=$1 CLUSTER_NODES=1 PLUGIN_SO=$STAGE/unilab_mps.so \
     PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5" \
     cluster_up || { fail "cluster up ($1)"; return 1; }
 }

@@ -47,11 +47,7 @@ up() {
   mountpoint -q "$HIST_DIR" || mount -t tmpfs -o size=256k,mode=0755 unilab-hist "$HIST_DIR" || { fail "tmpfs for the history"; return 1; }
   rm -f "$HIST_DIR"/* "$HIST_DIR"/.history*  # job ids start again at 1 with each cluster
   STATE_DIR=$STAGE/c/st RUN_DIR=$STAGE/c/r
-  # A global: the harness reads it after cluster_up (wait_job_gone). Given
-  # before the call, cluster_up's export kept it in bash 5.2 but not in 5.3
-  # (Debian sid's): 'CLUSTER_DIR: unbound variable' ended the suite there.
-  CLUSTER_DIR=$STAGE/c
-  CLUSTER_MODE=plain CLUSTER_NODES=1 PLUGIN_SO=$STAGE/unilab_mps.so \
+  CLUSTER_DIR=$STAGE/c CLUSTER_MODE=plain CLUSTER_NODES=1 PLUGIN_SO=$STAGE/unilab_mps.so \
     PLUGIN_ARGS="state_dir=$STATE_DIR run_dir=$RUN_DIR nvidia_smi=$FAKES/nvidia-smi driver_proc=$FAKES/driver-proc mps_control=$FAKES/nvidia-cuda-mps-control start_timeout=10 stop_timeout=5 history=$HIST history_max=64K" \
     cluster_up || { fail "cluster up"; return 1; }
 }
