@@ -181,15 +181,14 @@ std::vector<JobFault> task_exit_faults(const PluginConfig& cfg, const std::strin
 }
 
 std::string fault_message(const std::string& job_id, const std::string& node, const JobFault& f) {
+  const std::string what = fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}", job_id, node, f.daemon,
+                                       join(f.gpu_uuids, ","), describe(f.fault.kind));
+  if (f.fault.log.empty()) {  // not a log line (daemon-gone): what was seen, and the log to read
+    return fmt::format("{}: {}; see {}/{}", what, f.fault.line, f.log_directory, kControlLog);
+  }
   const std::string culprit =
       f.fault.client ? fmt::format("; the client process that hit it: {}", *f.fault.client) : std::string();
-  if (f.fault.log.empty()) {  // not a log line (daemon-gone): what was seen, and the log to read
-    return fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}: {}; see {}/{}", job_id, node, f.daemon,
-                       join(f.gpu_uuids, ","), describe(f.fault.kind), f.fault.line, f.log_directory, kControlLog);
-  }
-  return fmt::format("job {} node {}: MPS daemon {} (GPU {}): {}{}; {}: '{}'; see {}/{}", job_id, node, f.daemon,
-                     join(f.gpu_uuids, ","), describe(f.fault.kind), culprit, f.fault.log, f.fault.line, f.log_directory,
-                     f.fault.log);
+  return fmt::format("{}{}; {}: '{}'; see {}/{}", what, culprit, f.fault.log, f.fault.line, f.log_directory, f.fault.log);
 }
 
 }  // namespace unilab::mps
